@@ -1,0 +1,513 @@
+//! The store traits: what a backend must do, in the words of the protocol.
+//!
+//! Three traits, one per role, so a backend can put each where it fits (SQLite tables in one
+//! file; a DynamoDB table, an SQS queue and a lease table):
+//!
+//! - [`TaskStore`]: the tasks and their sparse due index. Every state change is a
+//!   conditional write; a failed condition is [`StoreError::Conflict`](crate::StoreError).
+//! - [`ReadyQueue`]: a queue with SQS semantics — visibility timeout, receive count, a
+//!   dead-letter queue fed by the worker and, as a backstop, by a redrive policy
+//!   (`receive_count > max_receive_count`).
+//! - [`LeaseStore`]: one lease per shard with an owner, an expiry, an epoch that grows with
+//!   every acquisition, and the poller's watermark.
+//!
+//! Methods take parameter structs and the current time (`now_ms`) from the caller; a store
+//! never reads a clock. Names start with the thing they act on.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreResult;
+use crate::task::{NewTask, Task};
+
+/// What a backend can or cannot do; the conformance suite skips, with a printed reason, the
+/// cases a backend declares it cannot serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Whether several processes may open the same store at once.
+    pub multi_process: bool,
+}
+
+/// Outcome of creating a task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PutOutcome {
+    /// The task was stored.
+    Created(Task),
+    /// A task with this id already existed; it is returned unchanged.
+    Existing(Task),
+}
+
+impl PutOutcome {
+    /// The stored task, new or existing.
+    pub fn task(&self) -> &Task {
+        match self {
+            PutOutcome::Created(t) | PutOutcome::Existing(t) => t,
+        }
+    }
+}
+
+/// Store one task.
+#[derive(Debug, Clone)]
+pub struct TaskPut {
+    /// The validated task.
+    pub task: NewTask,
+    /// Now, epoch milliseconds: decides the bucket of a task already due.
+    pub now_ms: i64,
+}
+
+/// Store many tasks in one go (one transaction where the backend has them).
+#[derive(Debug, Clone)]
+pub struct TaskPutBatch {
+    /// The validated tasks; ids are distinct.
+    pub tasks: Vec<NewTask>,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// Query one shard-minute of the due index for what is due.
+#[derive(Debug, Clone)]
+pub struct DueQuery {
+    /// The shard.
+    pub shard: u32,
+    /// The bucket's minute (epoch minutes).
+    pub minute: i64,
+    /// Return entries with `due_ms <= now_ms` only.
+    pub now_ms: i64,
+    /// Page cursor: return entries whose `due_key` sorts after this one.
+    pub after_key: Option<String>,
+    /// Page size.
+    pub limit: usize,
+}
+
+/// One entry of the due index: the small projection a poller needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DueEntry {
+    /// The task.
+    pub task_id: String,
+    /// Its version when read.
+    pub version: u64,
+    /// Its shard.
+    pub shard: u32,
+    /// Its due time.
+    pub due_ms: i64,
+    /// Its index sort key, the page cursor.
+    pub due_key: String,
+}
+
+impl DueEntry {
+    /// The message a poller sends for this entry.
+    pub fn message(&self) -> DispatchMessage {
+        DispatchMessage {
+            task_id: self.task_id.clone(),
+            version: self.version,
+            shard: self.shard,
+            due_ms: self.due_ms,
+        }
+    }
+}
+
+/// Mark sent tasks `DISPATCHED` and take them out of the due index, each conditional on
+/// `due_bucket present AND status IN (SCHEDULED, RETRY_WAIT) AND version = :v`.
+#[derive(Debug, Clone)]
+pub struct TaskMarkDispatched {
+    /// `(task_id, version)` of each sent task.
+    pub tasks: Vec<(String, u64)>,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// Claim a task for a run: one conditional write,
+/// `version = :v AND (status IN (SCHEDULED, DISPATCHED, RETRY_WAIT) OR (status = RUNNING AND
+/// running_until < :now))`, setting `RUNNING`, `running_until`, `attempt + 1` and removing
+/// `due_bucket`.
+#[derive(Debug, Clone)]
+pub struct TaskClaim {
+    /// The task.
+    pub task_id: String,
+    /// The version the message carries.
+    pub version: u64,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+    /// How long the claim holds before another worker may take over.
+    pub run_timeout_ms: i64,
+}
+
+/// What a claim got.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimOutcome {
+    /// The task is `RUNNING` for this worker, at this attempt: run it.
+    Claimed(Task),
+    /// The claim's conditions held but the task had already used `max_attempts` (its workers
+    /// died mid-run): the claim ended it `DEAD` instead. Send the message to the DLQ.
+    Exhausted(Task),
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    /// The target succeeded: `SUCCEEDED`.
+    Succeeded,
+    /// A retryable failure: `RETRY_WAIT` until `next_due_ms`.
+    Retry {
+        /// When the next attempt is due.
+        next_due_ms: i64,
+        /// The failure.
+        error: String,
+        /// Put the task back in the due index (a long backoff); otherwise the worker keeps the
+        /// message and delays it through its visibility timeout.
+        reindex: bool,
+    },
+    /// Attempts spent or a permanent failure: `DEAD`.
+    Dead {
+        /// The failure.
+        error: String,
+    },
+}
+
+/// Write a run's outcome, conditional on `status = RUNNING AND attempt = :attempt AND
+/// version = :version`, so a worker whose claim lapsed cannot overwrite its successor.
+#[derive(Debug, Clone)]
+pub struct TaskComplete {
+    /// The task.
+    pub task_id: String,
+    /// The version claimed.
+    pub version: u64,
+    /// The attempt claimed (the task's `attempt` after the claim).
+    pub attempt: u32,
+    /// The outcome.
+    pub outcome: Completion,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// Cancel a task: `SCHEDULED | DISPATCHED | RETRY_WAIT → CANCELLED`, `version + 1`.
+#[derive(Debug, Clone)]
+pub struct TaskCancel {
+    /// The task.
+    pub task_id: String,
+    /// Refuse with `Conflict` unless the task is at this version.
+    pub expected_version: Option<u64>,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// Reschedule or replay a task: any status but `RUNNING` → `SCHEDULED` at `due_ms`,
+/// `version + 1`, back in the due index.
+#[derive(Debug, Clone)]
+pub struct TaskReschedule {
+    /// The task.
+    pub task_id: String,
+    /// The new due time.
+    pub due_ms: i64,
+    /// Refuse with `Conflict` unless the task is at this version.
+    pub expected_version: Option<u64>,
+    /// Reset `attempt` to 0 and clear `last_error` (a replay).
+    pub reset_attempts: bool,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// List the tasks waiting in the due index, in due order, across shards.
+#[derive(Debug, Clone, Default)]
+pub struct TaskListPending {
+    /// Page cursor: the `due_key` of the last task of the previous page.
+    pub after_key: Option<String>,
+    /// Page size.
+    pub limit: usize,
+}
+
+/// A page of results and the cursor of the next one, if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    /// The items.
+    pub items: Vec<T>,
+    /// Pass as `after_key` to get the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// The tasks and their due index.
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// What this backend can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The number of shards, fixed when the store was created.
+    fn shard_count(&self) -> u32;
+
+    /// The minute (epoch minutes) the store was created: no bucket is older, so a shard never
+    /// leased before starts its watermark here.
+    fn created_minute(&self) -> i64;
+
+    /// Stores a task; if one with the same id exists, returns it unchanged.
+    async fn task_put(&self, p: TaskPut) -> StoreResult<PutOutcome>;
+
+    /// Stores many tasks; one outcome per task, in order.
+    async fn task_put_batch(&self, p: TaskPutBatch) -> StoreResult<Vec<PutOutcome>>;
+
+    /// Reads a task.
+    async fn task_get(&self, task_id: &str) -> StoreResult<Option<Task>>;
+
+    /// What is due in one shard-minute, in `due_key` order, at most `limit`.
+    async fn due_query(&self, q: DueQuery) -> StoreResult<Vec<DueEntry>>;
+
+    /// Marks sent tasks dispatched; returns how many conditions held.
+    async fn task_mark_dispatched(&self, p: TaskMarkDispatched) -> StoreResult<usize>;
+
+    /// Claims a task. `Conflict` for a stale or duplicate message, `NotFound` for an unknown id.
+    async fn task_claim(&self, p: TaskClaim) -> StoreResult<ClaimOutcome>;
+
+    /// Records how a run ended. `Conflict` if the claim was lost meanwhile.
+    async fn task_complete(&self, p: TaskComplete) -> StoreResult<Task>;
+
+    /// Cancels a task. `Conflict` if it is running, terminal, or not at the expected version.
+    async fn task_cancel(&self, p: TaskCancel) -> StoreResult<Task>;
+
+    /// Reschedules or replays a task. `Conflict` if it is running or not at the expected version.
+    async fn task_reschedule(&self, p: TaskReschedule) -> StoreResult<Task>;
+
+    /// Lists tasks waiting in the due index, in due order.
+    async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>>;
+}
+
+/// The message a poller sends to the ready queue: small, the task itself stays in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchMessage {
+    /// The task.
+    pub task_id: String,
+    /// The version dispatched; a claim at another version fails.
+    pub version: u64,
+    /// The task's shard.
+    pub shard: u32,
+    /// The due time dispatched, for lag measurement.
+    pub due_ms: i64,
+}
+
+/// Send messages to the ready queue.
+#[derive(Debug, Clone)]
+pub struct QueueSend {
+    /// The messages.
+    pub messages: Vec<DispatchMessage>,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// Receive messages from the ready queue.
+#[derive(Debug, Clone)]
+pub struct QueueReceive {
+    /// At most this many.
+    pub max: usize,
+    /// Hide them from other receivers this long.
+    pub visibility_ms: i64,
+    /// Wait up to this long for a first message (long polling); 0 returns at once.
+    pub wait_ms: i64,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// A received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedMessage {
+    /// The message.
+    pub message: DispatchMessage,
+    /// Handle to delete or delay this delivery.
+    pub receipt: String,
+    /// How many times it has been received, this time included.
+    pub receive_count: u32,
+}
+
+/// Change a received message's visibility timeout (delay its redelivery).
+#[derive(Debug, Clone)]
+pub struct QueueVisibility {
+    /// The delivery.
+    pub receipt: String,
+    /// Visible again this long from now.
+    pub visibility_ms: i64,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// Move a received message to the DLQ.
+#[derive(Debug, Clone)]
+pub struct QueueDeadLetter {
+    /// The delivery.
+    pub receipt: String,
+    /// The message, as received.
+    pub message: DispatchMessage,
+    /// Why it is dead.
+    pub reason: String,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// A message in the DLQ.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// Its id in the DLQ, the page cursor.
+    pub id: String,
+    /// The message.
+    pub message: DispatchMessage,
+    /// Why it is dead (the redrive policy's or the worker's).
+    pub reason: String,
+    /// When it arrived, epoch milliseconds.
+    pub dead_ms: i64,
+}
+
+/// List the DLQ, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct DlqList {
+    /// Page cursor: the `id` of the last letter of the previous page.
+    pub after: Option<String>,
+    /// Page size.
+    pub limit: usize,
+}
+
+/// How many messages wait where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct QueueDepth {
+    /// Visible now.
+    pub ready: u64,
+    /// Received and not yet deleted, or delayed.
+    pub in_flight: u64,
+    /// In the DLQ.
+    pub dead: u64,
+}
+
+/// The ready queue and its DLQ, with SQS semantics.
+#[async_trait]
+pub trait ReadyQueue: Send + Sync + 'static {
+    /// Receives beyond this count send a message to the DLQ instead (the redrive backstop).
+    fn max_receive_count(&self) -> u32;
+
+    /// Sends messages, visible at once.
+    async fn queue_send(&self, p: QueueSend) -> StoreResult<()>;
+
+    /// Receives up to `max` visible messages, hiding them for `visibility_ms`. A message whose
+    /// receive count would pass `max_receive_count` moves to the DLQ instead.
+    async fn queue_receive(&self, p: QueueReceive) -> StoreResult<Vec<ReceivedMessage>>;
+
+    /// Deletes deliveries (acks). Unknown receipts are ignored.
+    async fn queue_delete(&self, receipts: &[String]) -> StoreResult<()>;
+
+    /// Delays a delivery's redelivery.
+    async fn queue_change_visibility(&self, p: QueueVisibility) -> StoreResult<()>;
+
+    /// Moves a delivery to the DLQ.
+    async fn queue_dead_letter(&self, p: QueueDeadLetter) -> StoreResult<()>;
+
+    /// Lists the DLQ.
+    async fn dlq_list(&self, p: DlqList) -> StoreResult<Page<DeadLetter>>;
+
+    /// Removes letters from the DLQ (after a replay or a purge).
+    async fn dlq_delete(&self, ids: &[String]) -> StoreResult<()>;
+
+    /// Counts messages.
+    async fn queue_depth(&self, now_ms: i64) -> StoreResult<QueueDepth>;
+}
+
+/// A shard's lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The shard.
+    pub shard: u32,
+    /// Who holds (or last held) it.
+    pub owner: String,
+    /// When it lapses, epoch milliseconds.
+    pub expires_ms: i64,
+    /// Grows by one with every acquisition.
+    pub epoch: u64,
+    /// The oldest minute bucket that may still hold due tasks.
+    pub watermark_minute: i64,
+}
+
+/// Acquire a shard's lease: succeeds if nobody holds it or the holder's lease has expired.
+#[derive(Debug, Clone)]
+pub struct LeaseAcquire {
+    /// The shard.
+    pub shard: u32,
+    /// The acquiring poller.
+    pub owner: String,
+    /// Lease duration.
+    pub ttl_ms: i64,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// Renew a held lease, and persist the watermark: conditional on `owner = :o AND epoch = :e
+/// AND expires_ms > :now`.
+#[derive(Debug, Clone)]
+pub struct LeaseRenew {
+    /// The shard.
+    pub shard: u32,
+    /// The holder.
+    pub owner: String,
+    /// The epoch it acquired.
+    pub epoch: u64,
+    /// Lease duration from now.
+    pub ttl_ms: i64,
+    /// The new watermark, if it moved.
+    pub watermark_minute: Option<i64>,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// Give a lease up so a standby may take it at once; conditional like a renewal.
+#[derive(Debug, Clone)]
+pub struct LeaseRelease {
+    /// The shard.
+    pub shard: u32,
+    /// The holder.
+    pub owner: String,
+    /// The epoch it acquired.
+    pub epoch: u64,
+    /// The final watermark.
+    pub watermark_minute: i64,
+}
+
+/// Shard leases.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Acquires a lease (epoch + 1). `Conflict` if another owner holds it unexpired. A shard
+    /// never leased before starts with the store's `created_minute` as watermark.
+    async fn lease_acquire(&self, p: LeaseAcquire) -> StoreResult<Lease>;
+
+    /// Renews a lease. `Conflict` if it was lost or has expired.
+    async fn lease_renew(&self, p: LeaseRenew) -> StoreResult<Lease>;
+
+    /// Releases a lease. `Conflict` if it was lost already.
+    async fn lease_release(&self, p: LeaseRelease) -> StoreResult<()>;
+
+    /// Every shard's lease that exists.
+    async fn lease_list(&self) -> StoreResult<Vec<Lease>>;
+}
+
+/// One backend: the three roles, as the poller, worker, API and console hold them.
+#[derive(Clone)]
+pub struct Backend {
+    /// Tasks and the due index.
+    pub tasks: Arc<dyn TaskStore>,
+    /// Ready queue and DLQ.
+    pub queue: Arc<dyn ReadyQueue>,
+    /// Shard leases.
+    pub leases: Arc<dyn LeaseStore>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("shards", &self.tasks.shard_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend {
+    /// A backend whose one object plays all three roles.
+    pub fn from_one<S: TaskStore + ReadyQueue + LeaseStore>(store: Arc<S>) -> Self {
+        Self {
+            tasks: store.clone(),
+            queue: store.clone(),
+            leases: store,
+        }
+    }
+}
