@@ -2,7 +2,7 @@
 //!
 //! A backend's test builds a fresh [`Backend`] per case and calls [`run_all`]:
 //!
-//! ```ignore
+//! ```text
 //! #[tokio::test]
 //! async fn conformance() {
 //!     punctual_core::testkit::suite::run_all(|| async { fresh_backend() }).await;
