@@ -269,6 +269,41 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Lists tasks waiting in the due index, in due order.
     async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>>;
+
+    /// How many claims or completions one [`task_claim_many`](Self::task_claim_many) or
+    /// [`task_complete_many`](Self::task_complete_many) call should carry to gain anything
+    /// over single calls. 1 (the default) means the batch forms are plain loops: a worker then
+    /// makes single calls, concurrently. A backend whose batch is one round trip (the embedded
+    /// store: one write job, one transaction) says how many it takes.
+    fn task_write_batch_max(&self) -> usize {
+        1
+    }
+
+    /// Claims many tasks, each exactly as [`task_claim`](Self::task_claim) would: one result
+    /// per claim, in order, a refused claim failing alone. The outer error means none was
+    /// tried or the whole batch failed (nothing written). The default loops over single calls.
+    async fn task_claim_many(
+        &self,
+        ps: Vec<TaskClaim>,
+    ) -> StoreResult<Vec<StoreResult<ClaimOutcome>>> {
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            out.push(self.task_claim(p).await);
+        }
+        Ok(out)
+    }
+
+    /// Records many outcomes, each exactly as [`task_complete`](Self::task_complete) would,
+    /// without returning the tasks: one result per completion, in order, a lost claim
+    /// (`Conflict`) or a vanished task (`NotFound`) failing alone. The outer error means the
+    /// whole batch failed (nothing written). The default loops over single calls.
+    async fn task_complete_many(&self, ps: Vec<TaskComplete>) -> StoreResult<Vec<StoreResult<()>>> {
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            out.push(self.task_complete(p).await.map(|_| ()));
+        }
+        Ok(out)
+    }
 }
 
 /// The message a poller sends to the ready queue: small, the task itself stays in the store.
@@ -379,6 +414,13 @@ pub struct QueueDepth {
 pub trait ReadyQueue: Send + Sync + 'static {
     /// Receives beyond this count send a message to the DLQ instead (the redrive backstop).
     fn max_receive_count(&self) -> u32;
+
+    /// Most messages one [`queue_receive`](Self::queue_receive) returns, and that one
+    /// [`queue_delete`](Self::queue_delete) call should carry. Default 10, SQS's limit; a
+    /// backend that serves more at once (the embedded queue) says so, and workers ask for more.
+    fn receive_batch_max(&self) -> usize {
+        10
+    }
 
     /// Sends messages, visible at once.
     async fn queue_send(&self, p: QueueSend) -> StoreResult<()>;

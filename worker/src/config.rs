@@ -44,7 +44,12 @@ pub struct WorkerConfig {
     /// Runs in flight at once; the worker never receives more messages than it has free
     /// slots. Default [`DEFAULT_CONCURRENCY`].
     pub concurrency: usize,
-    /// Messages asked for per receive, 1 to [`MAX_BATCH`]. Default [`DEFAULT_BATCH`].
+    /// Messages asked for per receive, 1 to [`MAX_BATCH`], in SQS's units: on a backend
+    /// whose receive serves more than 10 at once
+    /// ([`ReadyQueue::receive_batch_max`](punctual_core::ReadyQueue::receive_batch_max), the
+    /// embedded queue's 1,000) the worker asks for proportionally more, so the default asks
+    /// for as many as the backend serves. Never more than the free slots. Default
+    /// [`DEFAULT_BATCH`].
     pub batch: usize,
     /// How long a received message stays hidden from other workers; at least
     /// `run_timeout_ms`. Default [`DEFAULT_VISIBILITY_MS`].

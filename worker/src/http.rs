@@ -51,13 +51,14 @@ impl HttpTarget {
 
     /// POSTs `task.payload` to `url` and classifies the answer.
     pub async fn call(&self, task: &Task, url: &str, timeout: Duration) -> Outcome {
-        let sent = self
+        let request = self
             .client
             .post(url)
             .timeout(timeout)
             .header(IDEMPOTENCY_KEY, &task.task_id)
-            .header(ATTEMPT_HEADER, task.attempt.to_string())
-            .json(&task.payload)
+            .header(ATTEMPT_HEADER, task.attempt.to_string());
+        // The JSON body, signed with the deployment's secret (`X-Punctual-Signature`).
+        let sent = crate::sign::signed_json(request, &task.payload)
             .send()
             .await;
         let mut resp = match sent {

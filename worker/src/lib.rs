@@ -42,10 +42,19 @@
 //! receive in progress returns, and waits for the runs in flight (at most `run_timeout_ms`),
 //! or with [`WorkerConfig::release_on_shutdown`] abandons them so another worker takes them
 //! over when their claims lapse. A Lambda entrypoint calls [`Worker::handle`] per record.
+//!
+//! A receive asks for as many messages as there are free slots, up to the backend's
+//! [`receive_batch_max`](punctual_core::ReadyQueue::receive_batch_max) (see
+//! [`WorkerConfig::batch`]). Runs make their store calls one at a time, but claims,
+//! completions and acks that wait at the same moment go out as one batch call each (the
+//! `batch` module): per message the protocol is unchanged, per store round trip it is many
+//! messages.
 
+mod batch;
 pub mod config;
 pub mod handler;
 pub mod http;
+pub mod sign;
 mod worker;
 
 pub use config::{ConfigError, WorkerConfig};

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use punctual_core::clock::SharedClock;
+use punctual_core::error::StoreResult;
 use punctual_core::store::{
     ClaimOutcome, Completion, QueueDeadLetter, QueueReceive, QueueVisibility, ReceivedMessage,
     TaskClaim, TaskComplete,
@@ -14,7 +15,8 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, info, warn};
 
-use crate::config::{ConfigError, WorkerConfig};
+use crate::batch::{Batcher, FlushFn, spread, unavailable};
+use crate::config::{ConfigError, MAX_BATCH, WorkerConfig};
 use crate::handler::{Handlers, Outcome};
 use crate::http::HttpTarget;
 
@@ -188,6 +190,12 @@ pub enum WorkerError {
 /// ([`run`](Self::run)). Cheap to share behind an `Arc`.
 pub struct Worker {
     backend: Backend,
+    /// Claims grouped into `task_claim_many` calls, if the backend's batch beats single calls.
+    claims: Option<Batcher<TaskClaim, StoreResult<ClaimOutcome>>>,
+    /// Completions grouped into `task_complete_many` calls, likewise.
+    completes: Option<Batcher<TaskComplete, StoreResult<()>>>,
+    /// Acks grouped into `queue_delete` calls (SQS's `DeleteMessageBatch`).
+    deletes: Batcher<String, StoreResult<()>>,
     clock: SharedClock,
     config: WorkerConfig,
     handlers: Arc<Handlers>,
@@ -216,7 +224,49 @@ impl Worker {
     /// Validates the config and builds the http client.
     pub fn new(deps: WorkerDeps) -> Result<Self, WorkerError> {
         deps.config.validate()?;
+        let concurrency = deps.config.concurrency;
+        // Enough batch calls in flight to carry every slot's call at once, at the backend's
+        // batch size; with a batch as big as the slots, one at a time (a group commit).
+        let in_flight = |max: usize| concurrency.div_ceil(max.max(1));
+        let write_max = deps.backend.tasks.task_write_batch_max();
+        let (claims, completes) = if write_max > 1 {
+            let tasks = deps.backend.tasks.clone();
+            let claim: FlushFn<TaskClaim, StoreResult<ClaimOutcome>> = Arc::new(move |ps| {
+                let tasks = tasks.clone();
+                Box::pin(async move {
+                    let n = ps.len();
+                    spread(n, tasks.task_claim_many(ps).await)
+                })
+            });
+            let tasks = deps.backend.tasks.clone();
+            let complete: FlushFn<TaskComplete, StoreResult<()>> = Arc::new(move |ps| {
+                let tasks = tasks.clone();
+                Box::pin(async move {
+                    let n = ps.len();
+                    spread(n, tasks.task_complete_many(ps).await)
+                })
+            });
+            (
+                Some(Batcher::new(write_max, in_flight(write_max), claim)),
+                Some(Batcher::new(write_max, in_flight(write_max), complete)),
+            )
+        } else {
+            (None, None)
+        };
+        let queue = deps.backend.queue.clone();
+        let delete: FlushFn<String, StoreResult<()>> = Arc::new(move |receipts: Vec<String>| {
+            let queue = queue.clone();
+            Box::pin(async move {
+                let n = receipts.len();
+                let done = queue.queue_delete(&receipts).await;
+                spread(n, done.map(|()| (0..n).map(|_| Ok(())).collect()))
+            })
+        });
+        let delete_max = deps.backend.queue.receive_batch_max();
         Ok(Self {
+            claims,
+            completes,
+            deletes: Batcher::new(delete_max, in_flight(delete_max), delete),
             http: HttpTarget::new()?,
             backend: deps.backend,
             clock: deps.clock,
@@ -257,9 +307,7 @@ impl Worker {
         let task_id = msg.message.task_id.clone();
         let claim_now = self.now();
         let claimed = self
-            .backend
-            .tasks
-            .task_claim(TaskClaim {
+            .claim(TaskClaim {
                 task_id: task_id.clone(),
                 version: msg.message.version,
                 now_ms: claim_now,
@@ -437,9 +485,7 @@ impl Worker {
         outcome: Completion,
     ) -> Option<Disposition> {
         let done = self
-            .backend
-            .tasks
-            .task_complete(TaskComplete {
+            .complete_call(TaskComplete {
                 task_id: task.task_id.clone(),
                 version: task.version,
                 attempt: task.attempt,
@@ -598,10 +644,36 @@ impl Worker {
         Disposition::Released
     }
 
+    /// The claim, through the batcher if there is one.
+    async fn claim(&self, p: TaskClaim) -> StoreResult<ClaimOutcome> {
+        match &self.claims {
+            Some(b) => b
+                .call(p)
+                .await
+                .unwrap_or_else(|| Err(unavailable("the claim batcher stopped"))),
+            None => self.backend.tasks.task_claim(p).await,
+        }
+    }
+
+    /// The completion, through the batcher if there is one.
+    async fn complete_call(&self, p: TaskComplete) -> StoreResult<()> {
+        match &self.completes {
+            Some(b) => b
+                .call(p)
+                .await
+                .unwrap_or_else(|| Err(unavailable("the completion batcher stopped"))),
+            None => self.backend.tasks.task_complete(p).await.map(|_| ()),
+        }
+    }
+
     /// Deletes a delivery; a failure only means the message comes back and is dropped then.
     async fn delete(&self, msg: &ReceivedMessage) {
-        let receipts = [msg.receipt.clone()];
-        if let Err(e) = self.backend.queue.queue_delete(&receipts).await {
+        let deleted = self
+            .deletes
+            .call(msg.receipt.clone())
+            .await
+            .unwrap_or_else(|| Err(unavailable("the delete batcher stopped")));
+        if let Err(e) = deleted {
             warn!(task_id = msg.message.task_id, error = %e, "could not delete the message; it will come back and be dropped");
         }
     }
@@ -638,6 +710,7 @@ impl Worker {
     /// `release_on_shutdown` abandons them.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()> + Send) {
         let cfg = self.config.clone();
+        let receive_max = receive_size(cfg.batch, self.backend.queue.receive_batch_max());
         let slots = Arc::new(Semaphore::new(cfg.concurrency));
         let (release_tx, release_rx) = watch::channel(false);
         let mut in_flight: JoinSet<Disposition> = JoinSet::new();
@@ -655,7 +728,7 @@ impl Worker {
                 permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
             };
             let mut permits = vec![first];
-            while permits.len() < cfg.batch {
+            while permits.len() < receive_max {
                 match slots.clone().try_acquire_owned() {
                     Ok(p) => permits.push(p),
                     Err(_) => break,
@@ -747,6 +820,16 @@ impl Worker {
             while in_flight.join_next().await.is_some() {}
         }
         drop(release_tx);
+    }
+}
+
+/// Messages asked for per receive: `batch` on a backend with SQS's limit of 10, scaled up in
+/// proportion on one that serves more at once (`batch` 10 asks the embedded queue for 1,000).
+fn receive_size(batch: usize, backend_max: usize) -> usize {
+    if backend_max > MAX_BATCH {
+        (batch * backend_max / MAX_BATCH).max(1)
+    } else {
+        batch.min(backend_max.max(1))
     }
 }
 

@@ -54,6 +54,8 @@ cases!(
     claims_count_attempts_and_end_dead,
     complete_succeeds_once,
     complete_is_fenced_by_attempt,
+    claim_many_answers_each_claim_alone,
+    complete_many_answers_each_completion_alone,
     retry_through_visibility_keeps_task_out_of_index,
     retry_through_index_puts_task_back,
     cancel_beats_a_stale_message,
@@ -591,6 +593,131 @@ async fn complete_is_fenced_by_attempt(b: Backend) {
         .await
         .unwrap();
     assert_eq!(done.status, TaskStatus::Succeeded);
+}
+
+fn claim_of(id: &str, version: u64, now_ms: i64) -> TaskClaim {
+    TaskClaim {
+        task_id: id.into(),
+        version,
+        now_ms,
+        run_timeout_ms: 30_000,
+    }
+}
+
+/// A batch of claims behaves as the same claims made one by one: a refused one (stale,
+/// unknown, duplicate within the batch) fails alone and the others hold.
+async fn claim_many_answers_each_claim_alone(b: Backend) {
+    put(&b, task().id("m-a").build(), T0).await;
+    put(&b, task().id("m-b").build(), T0).await;
+    put(&b, task().id("m-spent").max_attempts(1).build(), T0).await;
+    let spent = claimed(&b, "m-spent", 1, T0).await;
+    let after = spent.running_until.unwrap() + 1;
+    let got = b
+        .tasks
+        .task_claim_many(vec![
+            claim_of("m-a", 1, after),
+            claim_of("m-b", 2, after),
+            claim_of("nobody", 1, after),
+            claim_of("m-a", 1, after),
+            claim_of("m-spent", 1, after),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 5);
+    let mut got = got.into_iter();
+    match got.next().unwrap() {
+        Ok(ClaimOutcome::Claimed(t)) => {
+            assert_eq!((t.task_id.as_str(), t.attempt), ("m-a", 1));
+            assert_eq!(t.status, TaskStatus::Running);
+        }
+        other => panic!("expected a claim, got {other:?}"),
+    }
+    conflict(got.next().unwrap());
+    match got.next().unwrap() {
+        Err(StoreError::NotFound(_)) => {}
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    conflict(got.next().unwrap());
+    match got.next().unwrap() {
+        Ok(ClaimOutcome::Exhausted(t)) => assert_eq!(t.status, TaskStatus::Dead),
+        other => panic!("expected Exhausted, got {other:?}"),
+    }
+    assert_eq!(get(&b, "m-a").await.attempt, 1);
+    assert_eq!(get(&b, "m-b").await.status, TaskStatus::Scheduled);
+    assert!(
+        b.tasks
+            .task_claim_many(Vec::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A batch of completions behaves as the same completions written one by one: a lost claim
+/// fails alone with `Conflict`, an unknown task with `NotFound`, and the others are written.
+async fn complete_many_answers_each_completion_alone(b: Backend) {
+    put(&b, task().id("c-ok").build(), T0).await;
+    put(&b, task().id("c-retry").build(), T0).await;
+    put(&b, task().id("c-lost").build(), T0).await;
+    let ok = claimed(&b, "c-ok", 1, T0).await;
+    let retry = claimed(&b, "c-retry", 1, T0).await;
+    let lost = claimed(&b, "c-lost", 1, T0).await;
+    let taken = claimed(&b, "c-lost", 1, lost.running_until.unwrap() + 1).await;
+    let done = |t: &Task, outcome: Completion| TaskComplete {
+        task_id: t.task_id.clone(),
+        version: t.version,
+        attempt: t.attempt,
+        outcome,
+        now_ms: T0 + 40_000,
+    };
+    let mut unknown = done(&ok, Completion::Succeeded);
+    unknown.task_id = "nobody".into();
+    let got = b
+        .tasks
+        .task_complete_many(vec![
+            done(&ok, Completion::Succeeded),
+            done(
+                &retry,
+                Completion::Retry {
+                    next_due_ms: T0 + 50_000,
+                    error: "boom".into(),
+                    reindex: false,
+                },
+            ),
+            done(&lost, Completion::Succeeded),
+            unknown,
+        ])
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 4);
+    assert!(got[0].is_ok(), "{:?}", got[0]);
+    assert!(got[1].is_ok(), "{:?}", got[1]);
+    assert!(
+        matches!(got[2], Err(StoreError::Conflict { .. })),
+        "{:?}",
+        got[2]
+    );
+    assert!(
+        matches!(got[3], Err(StoreError::NotFound(_))),
+        "{:?}",
+        got[3]
+    );
+    assert_eq!(get(&b, "c-ok").await.status, TaskStatus::Succeeded);
+    let r = get(&b, "c-retry").await;
+    assert_eq!(r.status, TaskStatus::RetryWait);
+    assert_eq!(
+        (r.due_ms, r.last_error.as_deref()),
+        (T0 + 50_000, Some("boom"))
+    );
+    let l = get(&b, "c-lost").await;
+    assert_eq!((l.status, l.attempt), (TaskStatus::Running, taken.attempt));
+    assert!(
+        b.tasks
+            .task_complete_many(Vec::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn retry_through_visibility_keeps_task_out_of_index(b: Backend) {

@@ -17,6 +17,12 @@ use super::db::DbResult;
 /// Reason recorded for messages moved to the DLQ by the redrive backstop.
 pub const MAX_RECEIVE_REASON: &str = "maxReceiveCount exceeded";
 
+/// Most messages per receive (and per delete) worth asking for. SQS stops at 10; here a
+/// receive is one write job whose cost is mostly per message (an index move each), so larger
+/// receives only save the per-job overhead, and a worker with hundreds of free slots fills
+/// them in one trip through the writer instead of dozens.
+const RECEIVE_BATCH_MAX: usize = 1_000;
+
 /// While long polling, how often to look again for messages sent by *other* processes (sends
 /// in this process wake the poll at once).
 const RECHECK: Duration = Duration::from_millis(50);
@@ -136,6 +142,10 @@ impl EmbeddedStore {
 impl ReadyQueue for EmbeddedStore {
     fn max_receive_count(&self) -> u32 {
         self.max_receive_count
+    }
+
+    fn receive_batch_max(&self) -> usize {
+        RECEIVE_BATCH_MAX
     }
 
     async fn queue_send(&self, p: QueueSend) -> StoreResult<()> {

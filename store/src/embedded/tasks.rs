@@ -14,7 +14,12 @@ use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::EmbeddedStore;
-use super::db::DbResult;
+use super::db::{DbError, DbResult};
+
+/// Claims or completions per batch call worth making: each is a single-row write of
+/// microseconds, so a few hundred keep one write job (and the write lock) short while paying
+/// the per-job cost (a channel trip, a savepoint) once for all of them.
+const WRITE_BATCH_MAX: usize = 256;
 
 /// The columns [`task_from_row`] reads, in its order (a macro so SQL strings are
 /// `concat!`ed at compile time, not formatted on every call).
@@ -185,7 +190,16 @@ fn claim(conn: &Connection, p: &TaskClaim) -> DbResult<ClaimOutcome> {
     Ok(ClaimOutcome::Exhausted(dead))
 }
 
-fn complete(conn: &Connection, p: &TaskComplete, shard_count: u32) -> DbResult<Task> {
+/// The columns a completion writes: status, next due time, its due key, bucket, error.
+type CompletionColumns<'a> = (
+    TaskStatus,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<&'a str>,
+);
+
+fn completion_columns(p: &TaskComplete, shard_count: u32) -> CompletionColumns<'_> {
     // Retry moves the due time (the next attempt) and, for a long backoff, puts the task
     // back in the due index. The shard is a function of the id and the store's fixed shard
     // count, so the keys are computed here and the write stays one statement.
@@ -208,7 +222,12 @@ fn complete(conn: &Connection, p: &TaskComplete, shard_count: u32) -> DbResult<T
         Completion::Dead { error } => (TaskStatus::Dead, None, None, Some(error.as_str())),
     };
     let due_key = next_due.map(|due| keys::due_key(due, &p.task_id));
-    let sql = concat!(
+    (status, next_due, due_key, bucket, error)
+}
+
+/// The completion's conditional write (see [`TaskComplete`]).
+macro_rules! complete_sql {
+    () => {
         "UPDATE tasks SET status = ?4,
              due_ms = coalesce(?5, due_ms),
              due_key = coalesce(?6, due_key),
@@ -216,10 +235,63 @@ fn complete(conn: &Connection, p: &TaskComplete, shard_count: u32) -> DbResult<T
              last_error = coalesce(?8, last_error),
              running_until = NULL,
              updated_ms = ?9
-         WHERE task_id = ?1 AND status = 'RUNNING' AND attempt = ?2 AND version = ?3
-         RETURNING ",
-        task_columns!()
-    );
+         WHERE task_id = ?1 AND status = 'RUNNING' AND attempt = ?2 AND version = ?3"
+    };
+}
+
+/// Why a completion's condition failed: `NotFound`, or `Conflict` naming what the run held.
+fn complete_refused(conn: &Connection, p: &TaskComplete) -> DbError {
+    match require(conn, &p.task_id) {
+        Ok(task) => StoreError::conflict(format!(
+            "task {} is {} at version {} attempt {}; the run held version {} attempt {}",
+            task.task_id, task.status, task.version, task.attempt, p.version, p.attempt
+        ))
+        .into(),
+        Err(e) => e,
+    }
+}
+
+/// [`complete`] without reading the row back: the batch form, whose callers only need to
+/// know that the write held. Skipping `RETURNING` skips decoding the payload and target.
+fn complete_quiet(conn: &Connection, p: &TaskComplete, shard_count: u32) -> DbResult<()> {
+    let (status, next_due, due_key, bucket, error) = completion_columns(p, shard_count);
+    let changed = conn.prepare_cached(complete_sql!())?.execute(params![
+        p.task_id,
+        p.attempt,
+        p.version as i64,
+        status.as_str(),
+        next_due,
+        due_key,
+        bucket,
+        error,
+        p.now_ms
+    ])?;
+    if changed == 1 {
+        return Ok(());
+    }
+    Err(complete_refused(conn, p))
+}
+
+/// Runs `one` on each item inside the caller's job: a refusal (a store error) answers its
+/// item alone; an SQL error fails the whole job, so its transaction (or savepoint) rolls
+/// back and nothing of the batch is written.
+fn each<P, T>(
+    items: &[P],
+    mut one: impl FnMut(&P) -> DbResult<T>,
+) -> DbResult<Vec<StoreResult<T>>> {
+    items
+        .iter()
+        .map(|p| match one(p) {
+            Ok(t) => Ok(Ok(t)),
+            Err(DbError::Store(e)) => Ok(Err(e)),
+            Err(e @ DbError::Sql(_)) => Err(e),
+        })
+        .collect()
+}
+
+fn complete(conn: &Connection, p: &TaskComplete, shard_count: u32) -> DbResult<Task> {
+    let (status, next_due, due_key, bucket, error) = completion_columns(p, shard_count);
+    let sql = concat!(complete_sql!(), " RETURNING ", task_columns!());
     let done = conn
         .prepare_cached(sql)?
         .query_row(
@@ -237,15 +309,10 @@ fn complete(conn: &Connection, p: &TaskComplete, shard_count: u32) -> DbResult<T
             task_from_row,
         )
         .optional()?;
-    if let Some(task) = done {
-        return Ok(task);
+    match done {
+        Some(task) => Ok(task),
+        None => Err(complete_refused(conn, p)),
     }
-    let task = require(conn, &p.task_id)?;
-    Err(StoreError::conflict(format!(
-        "task {} is {} at version {} attempt {}; the run held version {} attempt {}",
-        task.task_id, task.status, task.version, task.attempt, p.version, p.attempt
-    ))
-    .into())
 }
 
 /// Reads the row, checks the expected version and the status machine, and returns the task
@@ -430,6 +497,34 @@ impl TaskStore for EmbeddedStore {
         let shards = self.shard_count;
         self.writer
             .run(move |conn| complete(conn, &p, shards))
+            .await
+    }
+
+    fn task_write_batch_max(&self) -> usize {
+        WRITE_BATCH_MAX
+    }
+
+    async fn task_claim_many(
+        &self,
+        ps: Vec<TaskClaim>,
+    ) -> StoreResult<Vec<StoreResult<ClaimOutcome>>> {
+        if ps.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One job for the batch: one trip through the writer thread and, inside a group, one
+        // savepoint instead of one per claim.
+        self.writer
+            .run(move |conn| each(&ps, |p| claim(conn, p)))
+            .await
+    }
+
+    async fn task_complete_many(&self, ps: Vec<TaskComplete>) -> StoreResult<Vec<StoreResult<()>>> {
+        if ps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let shards = self.shard_count;
+        self.writer
+            .run(move |conn| each(&ps, |p| complete_quiet(conn, p, shards)))
             .await
     }
 

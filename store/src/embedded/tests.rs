@@ -47,6 +47,12 @@ fn pragmas(conn: &Connection) -> Vec<(&'static str, String)> {
         };
         (name, v)
     })
+    .chain(std::iter::once((
+        "qpsg",
+        conn.db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG)
+            .unwrap()
+            .to_string(),
+    )))
     .collect()
 }
 
@@ -75,10 +81,11 @@ async fn pragmas_are_applied_to_writer_and_readers() {
             ("mmap_size", mmap.clone()),
             ("temp_store", "2".into()), // MEMORY
             ("query_only", query_only.into()),
+            ("qpsg", "true".into()),
         ]
     };
     let mut want_writer = expect(128 * 1024, "0");
-    want_writer.push(("wal_autocheckpoint", "10000".into()));
+    want_writer.push(("wal_autocheckpoint", "50000".into()));
     assert_eq!(writer, want_writer);
     assert_eq!(reader, expect(8 * 1024, "1"));
 }
