@@ -10,7 +10,7 @@
 //! | feature | module | tasks + due index | ready queue + DLQ | leases |
 //! |---|---|---|---|---|
 //! | `embedded` (default) | [`embedded`] | one SQLite table, a partial index as the sparse due index | two tables in the same file, SQS semantics | a table in the same file |
-//! | `aws` (to come) | `aws` | DynamoDB table + sparse GSI `by_due` | SQS standard queue with a redrive policy | a DynamoDB table, conditional writes |
+//! | `aws` | [`aws`] | DynamoDB table + sparse GSI `by_due` | SQS standard queue with a redrive policy | a DynamoDB table, conditional writes |
 //!
 //! Backends translate their failures at the boundary into [`StoreError`](punctual_core::StoreError):
 //! a failed condition is `Conflict` (SQLite constraint errors, DynamoDB's
@@ -18,5 +18,7 @@
 //! the backend's own error stays in `source`. No backend reads a clock: every call carries
 //! `now_ms`.
 
+#[cfg(feature = "aws")]
+pub mod aws;
 #[cfg(feature = "embedded")]
 pub mod embedded;
