@@ -7,6 +7,8 @@
 //! functions without spawning the binary and the binary stays a thin CLI.
 
 pub mod bench;
+pub mod client;
+pub mod telemetry;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -29,6 +31,12 @@ pub const DEFAULT_DATA_DIR: &str = "./data";
 pub const DEFAULT_SHARDS: u32 = 16;
 /// The database file inside the data directory.
 pub const DB_FILE: &str = "punctual.db";
+/// The digests of the generated admin key, inside the data directory (used when no key is
+/// configured).
+pub const KEYS_FILE: &str = "api-keys.toml";
+/// The generated webhook signing secret, inside the data directory (used when none is
+/// configured).
+pub const SECRET_FILE: &str = "webhook-secret";
 
 /// What one `punctual` process runs.
 #[derive(Debug, Clone)]
@@ -43,8 +51,98 @@ pub struct ServeConfig {
     pub poller: Option<PollerConfig>,
     /// The worker's configuration; `None` runs no worker.
     pub worker: Option<WorkerConfig>,
-    /// The API's configuration.
+    /// The API's configuration. With no keys in `api.keys`, the keys stored in
+    /// [`KEYS_FILE`] are used, and on a first start an admin key is generated, printed once,
+    /// and only its digest stored there.
     pub api: punctual_api::ApiConfig,
+    /// The secret that signs webhook calls (`X-Punctual-Signature`). Default `None`: the one
+    /// in [`SECRET_FILE`], generated on a first start.
+    pub webhook_secret: Option<String>,
+    /// Where tasks, the queue and leases live. Default [`StoreChoice::Embedded`] (in
+    /// `data_dir`).
+    pub backend: StoreChoice,
+}
+
+/// Which backend a process uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// The SQLite file in the data directory.
+    #[default]
+    Embedded,
+    /// DynamoDB + SQS (cargo feature `aws`), configured by the standard AWS chain
+    /// (`AWS_ENDPOINT_URL`, `AWS_REGION`, profiles); resources created by `punctual init`.
+    Aws {
+        /// Prefix of the table and queue names.
+        prefix: String,
+    },
+}
+
+/// Opens the backend `config` asks for.
+pub async fn open_backend(config: &ServeConfig) -> anyhow::Result<Backend> {
+    match &config.backend {
+        StoreChoice::Embedded => open_embedded(&config.data_dir, config.shards),
+        StoreChoice::Aws { prefix } => open_aws(prefix).await,
+    }
+}
+
+/// Opens the aws deployment under `prefix` (created by [`init_aws`]).
+#[cfg(feature = "aws")]
+pub async fn open_aws(prefix: &str) -> anyhow::Result<Backend> {
+    let store = punctual_store::aws::connect(punctual_store::aws::AwsOptions {
+        prefix: prefix.to_owned(),
+        ..punctual_store::aws::AwsOptions::default()
+    })
+    .await
+    .with_context(|| format!("cannot open the aws backend with prefix {prefix:?}"))?;
+    Ok(store.backend())
+}
+
+/// Without the `aws` feature: an error saying how to get it.
+#[cfg(not(feature = "aws"))]
+pub async fn open_aws(_prefix: &str) -> anyhow::Result<Backend> {
+    anyhow::bail!("this punctual was built without the aws backend: build with `--features aws`")
+}
+
+/// `punctual init`: creates the aws backend's tables, GSI, TTL, queues and meta item under
+/// `prefix`, idempotently, on the endpoint of the standard AWS configuration chain.
+#[cfg(feature = "aws")]
+pub async fn init_aws(prefix: &str, shards: u32, max_receive_count: u32) -> anyhow::Result<String> {
+    use punctual_store::aws::{AwsOptions, Clients, InitOptions, ResourceNames};
+    let sdk = punctual_store::aws::load_sdk_config().await;
+    let clients = Clients::new(&sdk, None);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let meta = punctual_store::aws::init(
+        &clients,
+        &InitOptions {
+            aws: AwsOptions {
+                prefix: prefix.to_owned(),
+                max_receive_count,
+                ..AwsOptions::default()
+            },
+            shard_count: shards,
+            now_ms,
+        },
+    )
+    .await
+    .context("punctual init failed")?;
+    let n = ResourceNames::new(prefix);
+    Ok(format!(
+        "ready: tables {} and {} (GSI by_due, TTL), queues {} and {} (maxReceiveCount {max_receive_count}); {} shards",
+        n.tasks_table, n.leases_table, n.ready_queue, n.dlq, meta.shard_count
+    ))
+}
+
+/// Without the `aws` feature: an error saying how to get it.
+#[cfg(not(feature = "aws"))]
+pub async fn init_aws(
+    _prefix: &str,
+    _shards: u32,
+    _max_receive_count: u32,
+) -> anyhow::Result<String> {
+    anyhow::bail!("this punctual was built without the aws backend: build with `--features aws`")
 }
 
 impl Default for ServeConfig {
@@ -56,8 +154,70 @@ impl Default for ServeConfig {
             poller: Some(PollerConfig::default()),
             worker: Some(WorkerConfig::default()),
             api: punctual_api::ApiConfig::default(),
+            webhook_secret: None,
+            backend: StoreChoice::Embedded,
         }
     }
+}
+
+/// Writes `contents` to `path` readable by its owner only (on Unix).
+fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut f = options
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(contents.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// The keys to serve with when none is configured: those in `data_dir/`[`KEYS_FILE`], or on a
+/// first start a generated admin key, whose digest is stored there. Returns the ring and the
+/// generated key, which the caller shows once: it is stored nowhere in clear.
+pub fn stored_keys(data_dir: &Path) -> anyhow::Result<(punctual_api::KeyRing, Option<String>)> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+    let path = data_dir.join(KEYS_FILE);
+    if path.exists() {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let ring = punctual_api::KeyRing::from_toml(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        if !ring.is_empty() {
+            return Ok((ring, None));
+        }
+    }
+    let key = punctual_api::auth::generate_key()
+        .map_err(|e| anyhow::anyhow!("cannot generate an API key: {e}"))?;
+    let mut ring = punctual_api::KeyRing::new();
+    ring.add_plain("generated-admin", punctual_api::Role::Admin, &key);
+    let _ = std::fs::remove_file(&path);
+    write_private(&path, &ring.to_toml_digests())?;
+    Ok((ring, Some(key)))
+}
+
+/// The webhook secret in `data_dir/`[`SECRET_FILE`], generated there on a first start.
+pub fn stored_secret(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join(SECRET_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path)
+        && !text.trim().is_empty()
+    {
+        return Ok(text.trim().to_owned());
+    }
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+    let secret = punctual_api::auth::generate_key()
+        .map_err(|e| anyhow::anyhow!("cannot generate a secret: {e}"))?
+        .replacen("pk_", "whsec_", 1);
+    write_private(&path, &secret)?;
+    Ok(secret)
 }
 
 /// Opens (creating if needed) the embedded store in `data_dir`.
@@ -92,8 +252,40 @@ pub async fn serve(
     on_listen: impl FnOnce(SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let backend = open_embedded(&config.data_dir, config.shards)?;
+    let mut config = config;
+    let backend = open_backend(&config).await?;
     let clock: SharedClock = Arc::new(SystemClock);
+    if config.addr.is_some() && config.api.keys.is_empty() {
+        let (ring, generated) = stored_keys(&config.data_dir)?;
+        if let Some(key) = generated {
+            // Shown once: only its digest is stored.
+            println!(
+                "No API key was configured: generated an admin key. It is shown only now; keep it:"
+            );
+            println!("  PUNCTUAL_API_KEY={key}");
+            tracing::warn!(
+                "generated an admin API key (printed once on stdout); its digest is in {}",
+                config.data_dir.join(KEYS_FILE).display()
+            );
+        }
+        config.api.keys = ring;
+    }
+    if config.worker.is_some() {
+        let secret = match config.webhook_secret.take() {
+            Some(s) => s,
+            None => stored_secret(&config.data_dir)?,
+        };
+        punctual_worker::sign::set_secret(Some(secret.as_bytes()));
+    }
+    let activity = Arc::new(punctual_api::metrics::Activity::new());
+    let (worker_events, worker_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (poller_events, poller_rx) = tokio::sync::mpsc::unbounded_channel();
+    telemetry::spawn_recorders(
+        config.worker.is_some().then_some(worker_rx),
+        config.poller.is_some().then_some(poller_rx),
+        activity.clone(),
+        clock.clone(),
+    );
     let stop = CancellationToken::new();
     let mut parts = tokio::task::JoinSet::new();
 
@@ -103,7 +295,7 @@ pub async fn serve(
             backend: backend.clone(),
             clock: clock.clone(),
             config: poller,
-            events: None,
+            events: Some(poller_events),
         };
         let stopped = stop.clone().cancelled_owned();
         parts.spawn(async move {
@@ -119,7 +311,7 @@ pub async fn serve(
             clock: clock.clone(),
             config: worker,
             handlers: Arc::new(handlers),
-            events: None,
+            events: Some(worker_events),
         };
         let stopped = stop.clone().cancelled_owned();
         parts.spawn(async move {
@@ -129,7 +321,11 @@ pub async fn serve(
         });
     }
     if let Some(addr) = config.addr {
-        let state = punctual_api::ApiState::new(backend.clone(), clock.clone(), config.api);
+        let mut state = punctual_api::ApiState::new(backend.clone(), clock.clone(), config.api)
+            .with_activity(activity.clone());
+        if let Some(handle) = telemetry::prometheus() {
+            state = state.with_metrics(handle);
+        }
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;

@@ -28,8 +28,24 @@ enum Command {
     Poller(ServeArgs),
     /// Run only workers: claim dispatched tasks and fire them.
     Worker(ServeArgs),
+    /// Create the aws backend's tables, index, TTL and queues (idempotent; feature `aws`).
+    Init(InitArgs),
     /// Measure ingest, fire rate, lag and memory on a fresh embedded store.
     Bench(punctual::bench::BenchArgs),
+    /// Create, show, list, cancel, reschedule or replay tasks through the REST API.
+    Task {
+        #[command(flatten)]
+        client: punctual::client::ClientArgs,
+        #[command(subcommand)]
+        command: punctual::client::TaskCommand,
+    },
+    /// List, replay or redrive dead letters through the REST API.
+    Dlq {
+        #[command(flatten)]
+        client: punctual::client::ClientArgs,
+        #[command(subcommand)]
+        command: punctual::client::DlqCommand,
+    },
 }
 
 #[derive(Debug, Args, Clone)]
@@ -62,6 +78,45 @@ struct ServeArgs {
     /// Timeout of one webhook call (must be shorter than --run-timeout).
     #[arg(long, env = "PUNCTUAL_HTTP_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     http_timeout: Duration,
+    /// API keys file (TOML, or JSON if it ends in .json): `[[keys]]` with `role` and `key` or
+    /// `sha256`. With neither this nor PUNCTUAL_API_KEYS, the keys stored in the data
+    /// directory are used, and a first start generates an admin key and prints it once.
+    #[arg(long, env = "PUNCTUAL_KEYS_FILE")]
+    keys_file: Option<PathBuf>,
+    /// API keys as `role:key` pairs separated by commas (`admin:k1,viewer:k2`).
+    #[arg(long = "api-keys", env = "PUNCTUAL_API_KEYS", hide_env_values = true)]
+    api_keys: Option<String>,
+    /// The secret that signs webhook calls; generated in the data directory when absent.
+    #[arg(long, env = "PUNCTUAL_WEBHOOK_SECRET", hide_env_values = true)]
+    webhook_secret: Option<String>,
+    /// Where tasks, the ready queue and leases live.
+    #[arg(long, env = "PUNCTUAL_BACKEND", value_enum, default_value = "embedded")]
+    backend: BackendArg,
+    /// With `--backend aws`: prefix of the table and queue names.
+    #[arg(long, env = "PUNCTUAL_AWS_PREFIX", default_value = "punctual-")]
+    aws_prefix: String,
+}
+
+/// Which store `serve`, `poller` and `worker` use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BackendArg {
+    /// The SQLite file in the data directory.
+    Embedded,
+    /// DynamoDB + SQS through the standard AWS configuration (run `punctual init` first).
+    Aws,
+}
+
+#[derive(Debug, Args, Clone)]
+struct InitArgs {
+    /// Prefix of every table and queue name.
+    #[arg(long, env = "PUNCTUAL_AWS_PREFIX", default_value = "punctual-")]
+    aws_prefix: String,
+    /// Shards of a new deployment (an existing one keeps its own count).
+    #[arg(long, env = "PUNCTUAL_SHARDS", default_value_t = DEFAULT_SHARDS)]
+    shards: u32,
+    /// Receives before SQS moves a message to the DLQ (the redrive policy).
+    #[arg(long, env = "PUNCTUAL_MAX_RECEIVE_COUNT", default_value_t = 10)]
+    max_receive_count: u32,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -69,8 +124,34 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl ServeArgs {
-    fn config(self, api: bool, poller: bool, worker: bool) -> ServeConfig {
-        ServeConfig {
+    /// The keys from `--keys-file` and `--api-keys`, both if both are given.
+    fn keys(&self) -> anyhow::Result<punctual_api::KeyRing> {
+        let mut ring = punctual_api::KeyRing::new();
+        if let Some(path) = &self.keys_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            let parsed = if path.extension().is_some_and(|e| e == "json") {
+                punctual_api::KeyRing::from_json(&text)
+            } else {
+                punctual_api::KeyRing::from_toml(&text)
+            };
+            ring.extend(parsed.map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?);
+            if ring.is_empty() {
+                anyhow::bail!("{} holds no key", path.display());
+            }
+        }
+        if let Some(value) = &self.api_keys {
+            ring.extend(
+                punctual_api::KeyRing::from_env_value(value)
+                    .map_err(|e| anyhow::anyhow!("PUNCTUAL_API_KEYS: {e}"))?,
+            );
+        }
+        Ok(ring)
+    }
+
+    fn config(self, api: bool, poller: bool, worker: bool) -> anyhow::Result<ServeConfig> {
+        let keys = self.keys()?;
+        Ok(ServeConfig {
             addr: api.then_some(self.addr),
             data_dir: self.data,
             shards: self.shards,
@@ -87,8 +168,18 @@ impl ServeArgs {
                 visibility_ms: ms(self.run_timeout),
                 ..WorkerConfig::default()
             }),
-            api: punctual_api::ApiConfig::default(),
-        }
+            api: punctual_api::ApiConfig {
+                keys,
+                ..punctual_api::ApiConfig::default()
+            },
+            webhook_secret: self.webhook_secret,
+            backend: match self.backend {
+                BackendArg::Embedded => punctual::StoreChoice::Embedded,
+                BackendArg::Aws => punctual::StoreChoice::Aws {
+                    prefix: self.aws_prefix,
+                },
+            },
+        })
     }
 }
 
@@ -96,7 +187,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // The bench prints its own report; per-task logs would only slow it down.
     let default_filter = match cli.command {
-        Some(Command::Bench(_)) => "warn",
+        Some(Command::Bench(_) | Command::Task { .. } | Command::Dlq { .. }) => "warn",
         _ => "info,hyper=warn,reqwest=warn",
     };
     tracing_subscriber::fmt()
@@ -116,11 +207,22 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         let default = || ServeArgs::parse_from(["serve"]);
         match cli.command {
-            None => serve(default().config(true, true, true)).await,
-            Some(Command::Serve(a)) => serve(a.config(true, true, true)).await,
-            Some(Command::Poller(a)) => serve(a.config(false, true, false)).await,
-            Some(Command::Worker(a)) => serve(a.config(false, false, true)).await,
+            None => serve(default().config(true, true, true)?).await,
+            Some(Command::Serve(a)) => serve(a.config(true, true, true)?).await,
+            Some(Command::Poller(a)) => serve(a.config(false, true, false)?).await,
+            Some(Command::Worker(a)) => serve(a.config(false, false, true)?).await,
+            Some(Command::Init(a)) => {
+                let done = punctual::init_aws(&a.aws_prefix, a.shards, a.max_receive_count).await?;
+                println!("{done}");
+                Ok(())
+            }
             Some(Command::Bench(a)) => punctual::bench::run(a).await,
+            Some(Command::Task { client, command }) => {
+                client_command(client, punctual::client::ClientCommand::Task(command)).await
+            }
+            Some(Command::Dlq { client, command }) => {
+                client_command(client, punctual::client::ClientCommand::Dlq(command)).await
+            }
         }
     });
     match result {
@@ -130,6 +232,14 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+async fn client_command(
+    args: punctual::client::ClientArgs,
+    command: punctual::client::ClientCommand,
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    Ok(punctual::client::run(&args, command, &mut out).await?)
 }
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {

@@ -28,6 +28,11 @@ async fn start(dir: &std::path::Path, stop: &CancellationToken) -> String {
             concurrency: 128,
             ..WorkerConfig::default()
         }),
+        api: punctual_api::ApiConfig {
+            keys: punctual_api::KeyRing::single(punctual_api::Role::Admin, API_KEY),
+            ..punctual_api::ApiConfig::default()
+        },
+        webhook_secret: Some(WEBHOOK_SECRET.into()),
         ..ServeConfig::default()
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
@@ -56,7 +61,7 @@ async fn a_thousand_tasks_fire_once_each_and_never_early() {
 
     // 1,000 tasks due over the next 5 s, created one request each, 8 at a time.
     let start_ms = now() + 1_000;
-    let client = reqwest::Client::new();
+    let client = api_client();
     let mut due = std::collections::HashMap::new();
     let bodies: Vec<_> = (0..1_000)
         .map(|i| {
@@ -99,6 +104,15 @@ async fn a_thousand_tasks_fire_once_each_and_never_early() {
             d - c.at_ms
         );
         assert_eq!(c.body["id"], c.task_id.as_str(), "the payload is delivered");
+        let signature = c.signature.as_deref().expect("every call is signed");
+        punctual_worker::sign::verify(
+            WEBHOOK_SECRET.as_bytes(),
+            signature,
+            &c.raw,
+            c.at_ms / 1_000,
+            300,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", c.task_id));
         lags.push(c.at_ms - d);
     }
     println!(
@@ -116,6 +130,52 @@ async fn a_thousand_tasks_fire_once_each_and_never_early() {
         .await
         .unwrap();
     assert_eq!(got["status"], "SUCCEEDED");
+
+    // The worker's events reach the metrics and the stats.
+    let metrics = client
+        .get(format!("{api}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let fired = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("punctual_tasks_fired_total "))
+        .unwrap_or_else(|| panic!("no fired counter in:\n{metrics}"));
+    assert!(fired.trim().parse::<f64>().unwrap() >= 1_000.0, "{fired}");
+    assert!(
+        metrics.contains("punctual_fire_lag_seconds_bucket"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("punctual_run_duration_seconds_bucket"));
+    let stats: serde_json::Value = client
+        .get(format!("{api}/v1/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        stats["activity"]["fired_last_minute"].as_u64().unwrap() >= 1_000,
+        "{stats}"
+    );
+    // Without a key, nothing but /healthz.
+    let anonymous = reqwest::Client::new();
+    let r = anonymous
+        .get(format!("{api}/v1/tasks/e2e-0000"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = anonymous
+        .get(format!("{api}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
     stop.cancel();
 }
 
@@ -140,7 +200,7 @@ async fn failures_retry_then_succeed_or_die() {
     }
     create_batch(&api, tasks).await;
 
-    let client = reqwest::Client::new();
+    let client = api_client();
     let status_of = |id: &'static str| {
         let client = client.clone();
         let api = api.clone();

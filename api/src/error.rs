@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// An RFC 9457 problem detail, as the API answers it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Problem {
     /// The problem type, a URI reference such as `/problems/invalid`.
     #[serde(rename = "type")]
@@ -38,6 +38,7 @@ pub struct Problem {
     /// The request field at fault as a JSON path (`target.url`, `tasks[3].run_at`) or a query
     /// parameter (`limit`), when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
     pub field: Option<String>,
 }
 
@@ -61,6 +62,12 @@ pub enum ApiError {
         /// Why.
         detail: String,
     },
+    /// 401: no API key, or a key the server does not know.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    /// 403: the key's role may not do this.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     /// 404: no such task.
     #[error("not found: {0}")]
     NotFound(String),
@@ -109,6 +116,8 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -131,6 +140,8 @@ impl ApiError {
         let (slug, title, detail) = match self {
             Self::BadRequest { detail, .. } => ("bad-request", "Bad request", detail.clone()),
             Self::Invalid { detail, .. } => ("invalid", "Invalid request", detail.clone()),
+            Self::Unauthorized(d) => ("unauthorized", "Unauthorized", d.clone()),
+            Self::Forbidden(d) => ("forbidden", "Forbidden", d.clone()),
             Self::NotFound(d) => ("not-found", "Not found", d.clone()),
             Self::Conflict(d) => ("conflict", "Conflict", d.clone()),
             Self::PayloadTooLarge(d) => ("payload-too-large", "Request body too large", d.clone()),
@@ -208,6 +219,9 @@ impl IntoResponse for ApiError {
         let mut response = (status, body).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

@@ -18,13 +18,19 @@ use std::collections::HashMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use punctual_core::StoreError;
-use punctual_core::store::{Page, PutOutcome, TaskCancel, TaskListPending, TaskPut, TaskPutBatch};
-use punctual_core::task::{NewTask, Task};
-use punctual_core::validate::{CreateTask, MAX_BATCH, validate_id};
+use punctual_core::store::{
+    DeadLetter, DlqList, Lease, Page, PutOutcome, QueueDepth, TaskCancel, TaskListPending, TaskPut,
+    TaskPutBatch, TaskReschedule,
+};
+use punctual_core::task::{NewTask, Task, TaskStatus};
+use punctual_core::validate::{CreateTask, MAX_BATCH, parse_rfc3339, validate_id};
 
 use crate::ApiState;
 use crate::error::ApiError;
-use crate::view::{ItemStatus, ItemView};
+use crate::metrics::TASKS_CREATED;
+use crate::view::{
+    ItemStatus, ItemView, LetterOutcome, QueueView, RedriveView, RescheduleRequest, StatsView,
+};
 
 /// What happened to one requested task of [`create_tasks`].
 #[derive(Debug, Clone, PartialEq)]
@@ -97,6 +103,9 @@ pub async fn create_task(state: &ApiState, req: CreateTask) -> Result<PutOutcome
         .tasks
         .task_put(TaskPut { task: new, now_ms })
         .await?;
+    if matches!(outcome, PutOutcome::Created(_)) {
+        metrics::counter!(TASKS_CREATED).increment(1);
+    }
     match outcome {
         PutOutcome::Existing(t) if !asked.is_some_and(|a| a.matches(&t, now_ms)) => {
             Err(ApiError::Conflict(conflict_detail(&t.task_id)))
@@ -165,6 +174,11 @@ pub async fn create_tasks(
             asked.len()
         )));
     }
+    let created = outcomes
+        .iter()
+        .filter(|o| matches!(o, PutOutcome::Created(_)))
+        .count();
+    metrics::counter!(TASKS_CREATED).increment(created as u64);
     let results = outcomes
         .into_iter()
         .zip(asked)
@@ -309,6 +323,313 @@ pub fn decode_cursor(cursor: &str) -> Result<String, ApiError> {
                 "not a cursor; pass the `next` value of the previous page unchanged",
             )
         })
+}
+
+/// A due time from `run_at` or `delay` (at most one; `None` when neither), within the
+/// configured horizon.
+fn due_from(state: &ApiState, req: &RescheduleRequest) -> Result<Option<i64>, ApiError> {
+    let now_ms = state.now_ms();
+    let (due, field) = match (&req.run_at, &req.delay) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "run_at",
+                "give run_at or delay, not both",
+            ));
+        }
+        (None, None) => return Ok(None),
+        (Some(run_at), None) => (
+            parse_rfc3339(run_at).map_err(|m| ApiError::invalid("run_at", m))?,
+            "run_at",
+        ),
+        (None, Some(delay)) => {
+            let d = humantime::parse_duration(delay).map_err(|e| {
+                ApiError::invalid(
+                    "delay",
+                    format!("not a duration ({e}); try \"90s\" or \"5m\""),
+                )
+            })?;
+            let d = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+            (now_ms.saturating_add(d), "delay")
+        }
+    };
+    let horizon = state.config.limits.max_ahead_ms;
+    if due > now_ms.saturating_add(horizon) {
+        return Err(ApiError::invalid(
+            field,
+            format!("more than {} days ahead", horizon / 86_400_000),
+        ));
+    }
+    Ok(Some(due))
+}
+
+/// Why a reschedule or replay was refused, from the task as it is now.
+async fn change_conflict(
+    state: &ApiState,
+    id: &str,
+    verb: &str,
+    expected_version: Option<u64>,
+    store_message: String,
+) -> ApiError {
+    match state.backend.tasks.task_get(id).await {
+        Ok(None) => not_found(id),
+        Ok(Some(t)) => match expected_version {
+            Some(v) if v != t.version => ApiError::Conflict(format!(
+                "task `{id}` is at version {}, not the expected {v}: it changed since you read it; nothing was changed",
+                t.version
+            )),
+            _ if t.status == TaskStatus::Running => ApiError::Conflict(format!(
+                "task `{id}` is RUNNING and cannot be {verb}d until its run ends"
+            )),
+            _ => ApiError::Conflict(format!("task `{id}` cannot be {verb}d: {store_message}")),
+        },
+        Err(_) => ApiError::Conflict(format!("task `{id}` cannot be {verb}d: {store_message}")),
+    }
+}
+
+async fn reschedule_call(
+    state: &ApiState,
+    id: &str,
+    verb: &str,
+    due_ms: i64,
+    expected_version: Option<u64>,
+    reset_attempts: bool,
+) -> Result<Task, ApiError> {
+    let result = state
+        .backend
+        .tasks
+        .task_reschedule(TaskReschedule {
+            task_id: id.to_owned(),
+            due_ms,
+            expected_version,
+            reset_attempts,
+            now_ms: state.now_ms(),
+        })
+        .await;
+    match result {
+        Ok(t) => Ok(t),
+        Err(StoreError::NotFound(_)) => Err(not_found(id)),
+        Err(StoreError::Conflict { message }) => {
+            Err(change_conflict(state, id, verb, expected_version, message).await)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Moves a task to a new due time (`SCHEDULED`, version + 1) from any status but `RUNNING`;
+/// `run_at` or `delay` is required.
+pub async fn reschedule_task(
+    state: &ApiState,
+    id: &str,
+    req: RescheduleRequest,
+) -> Result<Task, ApiError> {
+    if validate_id(id).is_err() {
+        return Err(not_found(id));
+    }
+    let due_ms = due_from(state, &req)?
+        .ok_or_else(|| ApiError::invalid("run_at", "required: give run_at or delay"))?;
+    reschedule_call(state, id, "reschedule", due_ms, req.version, false).await
+}
+
+/// Replays a finished task (`DEAD`, `SUCCEEDED` or `CANCELLED`): `SCHEDULED` again, attempts
+/// reset, due at `run_at`/`delay` or now. The check and the write are one conditional write:
+/// the task's version as read is the write's condition, so a change in between is a 409.
+pub async fn replay_task(
+    state: &ApiState,
+    id: &str,
+    req: RescheduleRequest,
+) -> Result<Task, ApiError> {
+    let due_ms = due_from(state, &req)?.unwrap_or_else(|| state.now_ms());
+    let task = get_task(state, id).await?;
+    if let Some(v) = req.version.filter(|v| *v != task.version) {
+        return Err(ApiError::Conflict(format!(
+            "task `{id}` is at version {}, not the expected {v}: it changed since you read it; nothing was changed",
+            task.version
+        )));
+    }
+    if !task.status.is_terminal() {
+        return Err(ApiError::Conflict(format!(
+            "task `{id}` is {}; only DEAD, SUCCEEDED or CANCELLED tasks can be replayed (reschedule a live one)",
+            task.status
+        )));
+    }
+    reschedule_call(state, id, "replay", due_ms, Some(task.version), true).await
+}
+
+fn page_limit(state: &ApiState, limit: Option<usize>, field: &str) -> Result<usize, ApiError> {
+    let max_page = state.config.max_page;
+    let limit = limit.unwrap_or(state.config.default_page);
+    if !(1..=max_page).contains(&limit) {
+        return Err(ApiError::bad_request(
+            field,
+            format!("must be between 1 and {max_page}"),
+        ));
+    }
+    Ok(limit)
+}
+
+/// Lists the DLQ, oldest first, in pages; cursors as in [`list_pending`].
+pub async fn list_dead_letters(
+    state: &ApiState,
+    after: Option<&str>,
+    limit: Option<usize>,
+) -> Result<Page<DeadLetter>, ApiError> {
+    let limit = page_limit(state, limit, "limit")?;
+    let after = after.map(decode_cursor).transpose()?;
+    let page = state
+        .backend
+        .queue
+        .dlq_list(DlqList { after, limit })
+        .await?;
+    Ok(Page {
+        items: page.items,
+        next: page.next.as_deref().map(encode_cursor),
+    })
+}
+
+/// Most letters [`replay_letter`] walks past to find one by id: the trait lists the DLQ in
+/// pages and has no lookup by id yet.
+const LETTER_SEARCH_LIMIT: usize = 100_000;
+
+/// Finds a letter by id by walking the DLQ.
+async fn find_letter(state: &ApiState, letter_id: &str) -> Result<DeadLetter, ApiError> {
+    let mut after = None;
+    let mut seen = 0;
+    loop {
+        let page = state
+            .backend
+            .queue
+            .dlq_list(DlqList {
+                after,
+                limit: 1_000,
+            })
+            .await?;
+        seen += page.items.len();
+        if let Some(l) = page.items.into_iter().find(|l| l.id == letter_id) {
+            return Ok(l);
+        }
+        match page.next {
+            Some(n) if seen < LETTER_SEARCH_LIMIT => after = Some(n),
+            _ => {
+                return Err(ApiError::NotFound(format!(
+                    "no dead letter with id `{letter_id}`"
+                )));
+            }
+        }
+    }
+}
+
+/// Replays one letter's task and removes the letter (see [`LetterOutcome`]).
+async fn replay_one(
+    state: &ApiState,
+    letter: &DeadLetter,
+) -> Result<(LetterOutcome, Option<Task>), ApiError> {
+    let id = &letter.message.task_id;
+    let task = match state.backend.tasks.task_get(id).await? {
+        None => {
+            state
+                .backend
+                .queue
+                .dlq_delete(std::slice::from_ref(&letter.id))
+                .await?;
+            return Ok((LetterOutcome::TaskMissing, None));
+        }
+        Some(t) => t,
+    };
+    let outcome = match task.status {
+        TaskStatus::Running => return Ok((LetterOutcome::Skipped, Some(task))),
+        s if s.is_terminal() => {
+            let t = reschedule_call(
+                state,
+                id,
+                "replay",
+                state.now_ms(),
+                Some(task.version),
+                true,
+            )
+            .await?;
+            (LetterOutcome::Replayed, Some(t))
+        }
+        _ => (LetterOutcome::AlreadyLive, Some(task)),
+    };
+    state
+        .backend
+        .queue
+        .dlq_delete(std::slice::from_ref(&letter.id))
+        .await?;
+    Ok(outcome)
+}
+
+/// Replays the task of one dead letter: back to `SCHEDULED`, due now, attempts reset; then
+/// the letter is removed. A task already live again only loses its letter.
+pub async fn replay_letter(
+    state: &ApiState,
+    letter_id: &str,
+) -> Result<(DeadLetter, LetterOutcome, Option<Task>), ApiError> {
+    let letter = find_letter(state, letter_id).await?;
+    let (outcome, task) = replay_one(state, &letter).await?;
+    Ok((letter, outcome, task))
+}
+
+/// Replays one page of the DLQ from `after`. Replayed letters leave the DLQ, so the walk
+/// resumes from the last letter handled; `next` is `None` once the end is reached.
+pub async fn redrive(
+    state: &ApiState,
+    after: Option<&str>,
+    limit: Option<usize>,
+) -> Result<RedriveView, ApiError> {
+    let limit = page_limit(state, limit, "limit")?;
+    let after = after.map(decode_cursor).transpose()?;
+    let page = state
+        .backend
+        .queue
+        .dlq_list(DlqList { after, limit })
+        .await?;
+    let mut view = RedriveView {
+        examined: 0,
+        replayed: 0,
+        dropped: 0,
+        skipped: 0,
+        next: None,
+    };
+    let last = page.items.last().map(|l| l.id.clone());
+    for letter in &page.items {
+        view.examined += 1;
+        match replay_one(state, letter).await {
+            Ok((LetterOutcome::Replayed, _)) => view.replayed += 1,
+            Ok((LetterOutcome::AlreadyLive | LetterOutcome::TaskMissing, _)) => view.dropped += 1,
+            Ok((LetterOutcome::Skipped, _)) | Err(ApiError::Conflict(_)) => view.skipped += 1,
+            Err(e) => return Err(e),
+        }
+    }
+    view.next = page.next.and(last).as_deref().map(encode_cursor);
+    Ok(view)
+}
+
+/// Every lease that exists, by shard.
+pub async fn list_shards(state: &ApiState) -> Result<Vec<Lease>, ApiError> {
+    let mut leases = state.backend.leases.lease_list().await?;
+    leases.sort_by_key(|l| l.shard);
+    Ok(leases)
+}
+
+/// The store and the queue answer: one task read and one queue count.
+pub async fn ready(state: &ApiState) -> Result<QueueDepth, ApiError> {
+    state.backend.tasks.task_get("readyz-probe").await?;
+    let depth = state.backend.queue.queue_depth(state.now_ms()).await?;
+    Ok(depth)
+}
+
+/// What is cheap to know: shards and their leases, queue depth, recent firing.
+pub async fn stats(state: &ApiState) -> Result<StatsView, ApiError> {
+    let now_ms = state.now_ms();
+    let leases = state.backend.leases.lease_list().await?;
+    let depth = state.backend.queue.queue_depth(now_ms).await?;
+    Ok(StatsView {
+        shard_count: state.backend.tasks.shard_count(),
+        shards_held: leases.iter().filter(|l| l.expires_ms > now_ms).count() as u32,
+        queue: QueueView::from(depth),
+        activity: state.activity.snapshot(now_ms),
+    })
 }
 
 #[cfg(test)]

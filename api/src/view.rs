@@ -8,13 +8,15 @@
 use punctual_core::task::{Backoff, Target, Task, TaskStatus};
 use punctual_core::validate::{CreateTask, format_rfc3339};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// A task as the API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TaskView {
     /// The task's id.
     pub id: String,
     /// Where it is in its life: `SCHEDULED`, `RUNNING`, ...
+    #[schema(value_type = crate::schema::TaskStatusDoc)]
     pub status: TaskStatus,
     /// Bumped by every operator mutation; give it back to `cancel` to act only on what you saw.
     pub version: u64,
@@ -23,10 +25,12 @@ pub struct TaskView {
     /// Attempts allowed.
     pub max_attempts: u32,
     /// Backoff between attempts.
+    #[schema(value_type = crate::schema::BackoffDoc)]
     pub backoff: Backoff,
     /// What firing means.
+    #[schema(value_type = crate::schema::TargetDoc)]
     pub target: Target,
-    /// The body handed to the target.
+    /// The body handed to the target: any JSON value, `null` when none was given.
     pub payload: serde_json::Value,
     /// The task's shard.
     pub shard: u32,
@@ -67,15 +71,16 @@ impl From<Task> for TaskView {
 }
 
 /// `POST /v1/tasks/batch` request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     /// 1 to [`MAX_BATCH`](punctual_core::validate::MAX_BATCH) tasks.
+    #[schema(value_type = Vec<crate::schema::CreateTaskDoc>)]
     pub tasks: Vec<CreateTask>,
 }
 
 /// What happened to one item of a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemStatus {
     /// Stored now.
@@ -87,7 +92,7 @@ pub enum ItemStatus {
 }
 
 /// One item of a batch answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ItemView {
     /// The item's task id (generated when the request gave none).
     pub id: String,
@@ -95,30 +100,33 @@ pub struct ItemView {
     pub status: ItemStatus,
     /// The stored task, unless `conflict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
     pub task: Option<TaskView>,
     /// Why, for a `conflict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
     pub detail: Option<String>,
 }
 
 /// `POST /v1/tasks/batch` answer: one result per requested task, in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BatchResponse {
     /// The results.
     pub results: Vec<ItemView>,
 }
 
 /// `POST /v1/tasks/{id}/cancel` request; the body is optional.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelRequest {
     /// Cancel only if the task is still at this version.
     #[serde(default)]
+    #[schema(required = false)]
     pub version: Option<u64>,
 }
 
 /// `GET /v1/tasks` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TaskPage {
     /// Waiting tasks, in due order.
     pub tasks: Vec<TaskView>,
@@ -127,8 +135,219 @@ pub struct TaskPage {
 }
 
 /// `GET /healthz` answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Health {
     /// `"ok"`.
     pub status: String,
+}
+
+/// `POST /v1/tasks/{id}/reschedule` request: a new due time, exactly one of `run_at` and
+/// `delay`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"delay": "5m", "version": 1}))]
+pub struct RescheduleRequest {
+    /// The new due time, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false, format = DateTime)]
+    pub run_at: Option<String>,
+    /// Or due this long from now: `"90s"`, `"5m"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    pub delay: Option<String>,
+    /// Act only if the task is still at this version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    pub version: Option<u64>,
+}
+
+/// `POST /v1/tasks/{id}/replay` request; the body is optional. Without a time the task is due
+/// at once.
+pub type ReplayRequest = RescheduleRequest;
+
+/// A letter in the dead-letter queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeadLetterView {
+    /// The letter's id in the DLQ (not the task's).
+    pub id: String,
+    /// The task it was for.
+    pub task_id: String,
+    /// The task version the message carried.
+    pub version: u64,
+    /// The task's shard.
+    pub shard: u32,
+    /// The due time the message carried, RFC 3339.
+    pub due_at: String,
+    /// Why it is dead.
+    pub reason: String,
+    /// When it arrived in the DLQ, RFC 3339.
+    pub dead_at: String,
+}
+
+impl From<punctual_core::store::DeadLetter> for DeadLetterView {
+    fn from(l: punctual_core::store::DeadLetter) -> Self {
+        Self {
+            id: l.id,
+            task_id: l.message.task_id,
+            version: l.message.version,
+            shard: l.message.shard,
+            due_at: format_rfc3339(l.message.due_ms),
+            reason: l.reason,
+            dead_at: format_rfc3339(l.dead_ms),
+        }
+    }
+}
+
+/// `GET /v1/dlq` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DlqPage {
+    /// Letters, oldest first.
+    pub letters: Vec<DeadLetterView>,
+    /// Pass as `after` for the next page; `null` on the last.
+    pub next: Option<String>,
+}
+
+/// What replaying one dead letter did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LetterOutcome {
+    /// The task is `SCHEDULED` again, due now, attempts reset; the letter is gone.
+    Replayed,
+    /// The task was already live again (replayed or rescheduled since); the letter is gone.
+    AlreadyLive,
+    /// The task no longer exists; the letter is gone.
+    TaskMissing,
+    /// The task is running now; the letter stays.
+    Skipped,
+}
+
+/// `POST /v1/dlq/{id}/replay` answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LetterReplayView {
+    /// The letter.
+    pub letter_id: String,
+    /// Its task.
+    pub task_id: String,
+    /// What happened.
+    pub outcome: LetterOutcome,
+    /// The task as it is now, if it exists.
+    pub task: Option<TaskView>,
+}
+
+/// `POST /v1/dlq/redrive` request; the body is optional.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveRequest {
+    /// Resume after this cursor (the `next` of the previous answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    pub after: Option<String>,
+    /// Letters to handle in this call (1 to the page limit; default the page size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false, minimum = 1)]
+    pub limit: Option<usize>,
+}
+
+/// `POST /v1/dlq/redrive` answer: what this page moved. Call again with `after = next` until
+/// `next` is `null`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RedriveView {
+    /// Letters looked at.
+    pub examined: u64,
+    /// Tasks put back to `SCHEDULED`.
+    pub replayed: u64,
+    /// Letters removed without a replay (task already live, or gone).
+    pub dropped: u64,
+    /// Letters left (their task is running, or the store refused).
+    pub skipped: u64,
+    /// Resume here; `null` when the DLQ has been walked to its end.
+    pub next: Option<String>,
+}
+
+/// One shard's lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ShardView {
+    /// The shard.
+    pub shard: u32,
+    /// Who holds (or last held) it.
+    pub owner: String,
+    /// Grows by one with every acquisition.
+    pub epoch: u64,
+    /// When the lease lapses, RFC 3339.
+    pub expires_at: String,
+    /// True if the lease is unexpired now.
+    pub held: bool,
+    /// The oldest minute that may still hold due tasks, RFC 3339.
+    pub watermark: String,
+}
+
+/// `GET /v1/shards` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ShardsView {
+    /// Shards in the store.
+    pub shard_count: u32,
+    /// Leases that exist (a shard never leased has none).
+    pub leases: Vec<ShardView>,
+}
+
+/// Messages waiting in the ready queue and the DLQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QueueView {
+    /// Visible now.
+    pub ready: u64,
+    /// Received and not yet deleted, or delayed.
+    pub in_flight: u64,
+    /// In the DLQ.
+    pub dead: u64,
+}
+
+impl From<punctual_core::store::QueueDepth> for QueueView {
+    fn from(d: punctual_core::store::QueueDepth) -> Self {
+        Self {
+            ready: d.ready,
+            in_flight: d.in_flight,
+            dead: d.dead,
+        }
+    }
+}
+
+/// `GET /readyz` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Ready {
+    /// `"ready"`.
+    pub status: String,
+    /// The queue, as read by the probe.
+    pub queue: QueueView,
+}
+
+/// Recent firing activity in this process (its workers), over the last minute.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ActivityView {
+    /// Tasks fired in the last 60 s.
+    pub fired_last_minute: u64,
+    /// The same per second.
+    pub fire_rate_per_s: f64,
+    /// Mean lag (claim time minus due time) of those, milliseconds; `null` if none fired.
+    pub lag_ms_mean: Option<f64>,
+    /// Largest lag of those, milliseconds; `null` if none fired.
+    pub lag_ms_max: Option<i64>,
+    /// Runs that succeeded, retried, and died in the last 60 s.
+    pub succeeded_last_minute: u64,
+    /// Runs that will be retried.
+    pub retried_last_minute: u64,
+    /// Runs that ended the task `DEAD`.
+    pub dead_last_minute: u64,
+}
+
+/// `GET /v1/stats` answer: what is cheap to know now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StatsView {
+    /// Shards in the store.
+    pub shard_count: u32,
+    /// Shards whose lease is held now (by any poller).
+    pub shards_held: u32,
+    /// The ready queue and DLQ.
+    pub queue: QueueView,
+    /// Firing in this process over the last minute.
+    pub activity: ActivityView,
 }

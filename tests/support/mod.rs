@@ -14,6 +14,24 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 
+/// The admin key every test server accepts.
+pub const API_KEY: &str = "test-admin-key";
+/// The webhook signing secret of the in-process test servers.
+pub const WEBHOOK_SECRET: &str = "test-webhook-secret";
+
+/// An HTTP client that sends [`API_KEY`] with every request.
+pub fn api_client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {API_KEY}").parse().unwrap(),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
 /// One call the receiver got.
 #[derive(Debug, Clone)]
 pub struct Call {
@@ -21,6 +39,10 @@ pub struct Call {
     pub at_ms: i64,
     pub attempt: Option<u32>,
     pub body: serde_json::Value,
+    /// The `X-Punctual-Signature` header, if any.
+    pub signature: Option<String>,
+    /// The body as received.
+    pub raw: Vec<u8>,
 }
 
 /// How the receiver answers a task's `n`-th call (1-based): a status code.
@@ -111,6 +133,11 @@ async fn hook(
         .get("x-punctual-attempt")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
+    let signature = headers
+        .get("x-punctual-signature")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let raw = body.to_vec();
     let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
     let n = {
         let mut calls = s.calls.lock().unwrap();
@@ -119,6 +146,8 @@ async fn hook(
             at_ms: now_ms(),
             attempt,
             body,
+            signature,
+            raw,
         });
         calls.iter().filter(|c| c.task_id == task_id).count()
     };
@@ -139,6 +168,7 @@ impl Proc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_punctual"))
             .args(args)
             .env("RUST_LOG", "warn")
+            .env("PUNCTUAL_API_KEYS", format!("admin:{API_KEY}"))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -203,7 +233,7 @@ pub fn data_arg(dir: &Path) -> String {
 
 /// Creates tasks through `POST /v1/tasks/batch`, 1,000 per request.
 pub async fn create_batch(api: &str, tasks: Vec<serde_json::Value>) {
-    let client = reqwest::Client::new();
+    let client = api_client();
     for chunk in tasks.chunks(1_000) {
         let resp = client
             .post(format!("{api}/v1/tasks/batch"))

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
-use punctual_api::{ApiConfig, ApiState, Problem, router};
+use punctual_api::{ApiConfig, ApiState, KeyRing, Problem, Role, router};
 use punctual_core::store::{
     Capabilities, ClaimOutcome, DueEntry, DueQuery, Page, PutOutcome, TaskCancel, TaskClaim,
     TaskComplete, TaskListPending, TaskMarkDispatched, TaskPut, TaskPutBatch, TaskReschedule,
@@ -82,7 +82,24 @@ pub fn setup_with(config: ApiConfig) -> Env {
     env_over(backend, config, dir)
 }
 
-pub fn env_over(backend: Backend, config: ApiConfig, dir: TempDir) -> Env {
+/// The keys every test router accepts, one per role.
+pub const ADMIN_KEY: &str = "test-admin-key";
+pub const OPERATOR_KEY: &str = "test-operator-key";
+pub const VIEWER_KEY: &str = "test-viewer-key";
+
+/// A ring with [`ADMIN_KEY`], [`OPERATOR_KEY`] and [`VIEWER_KEY`].
+pub fn test_keys() -> KeyRing {
+    let mut ring = KeyRing::new();
+    ring.add_plain("admin", Role::Admin, ADMIN_KEY);
+    ring.add_plain("operator", Role::Operator, OPERATOR_KEY);
+    ring.add_plain("viewer", Role::Viewer, VIEWER_KEY);
+    ring
+}
+
+pub fn env_over(backend: Backend, mut config: ApiConfig, dir: TempDir) -> Env {
+    if config.keys.is_empty() {
+        config.keys = test_keys();
+    }
     let clock = ManualClock::new(T0);
     let state = ApiState::try_new(backend.clone(), Arc::new(clock.clone()), config).unwrap();
     Env {
@@ -95,6 +112,7 @@ pub fn env_over(backend: Backend, config: ApiConfig, dir: TempDir) -> Env {
 }
 
 impl Env {
+    /// Sends a request with [`ADMIN_KEY`].
     pub async fn send(
         &self,
         method: Method,
@@ -102,7 +120,23 @@ impl Env {
         content_type: Option<&str>,
         body: impl Into<Body>,
     ) -> Reply {
+        self.send_as(Some(ADMIN_KEY), method, uri, content_type, body)
+            .await
+    }
+
+    /// Sends a request with `key` as its bearer key, or none.
+    pub async fn send_as(
+        &self,
+        key: Option<&str>,
+        method: Method,
+        uri: &str,
+        content_type: Option<&str>,
+        body: impl Into<Body>,
+    ) -> Reply {
         let mut req = Request::builder().method(method).uri(uri);
+        if let Some(key) = key {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {key}"));
+        }
         if let Some(ct) = content_type {
             req = req.header(header::CONTENT_TYPE, ct);
         }
@@ -117,8 +151,13 @@ impl Env {
         let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
             .await
             .unwrap();
+        let is_json = headers
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.to_str().unwrap_or("").contains("json"));
         let body = if bytes.is_empty() {
             Value::Null
+        } else if !is_json {
+            Value::String(String::from_utf8_lossy(&bytes).into_owned())
         } else {
             serde_json::from_slice(&bytes)
                 .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)))

@@ -1,0 +1,198 @@
+//! Metric names, and the short memory of recent firing that `GET /v1/stats` reads.
+//!
+//! Counters and histograms go through the `metrics` facade: whoever installs a recorder (the
+//! binary installs a Prometheus one and hands its handle to [`ApiState`](crate::ApiState))
+//! gets them, and without one they cost nothing. The names are constants here so the binary's
+//! event wiring, the API and the tests agree on them.
+//!
+//! Prometheus answers "how many since start"; an operator's first question is "what is
+//! happening now". [`Activity`] keeps 60 one-second slots of fired/succeeded/retried/dead
+//! counts and lag, a fixed 60 × 48 bytes, so `GET /v1/stats` can say "fired in the last
+//! minute, at what lag" without a time-series database.
+
+use std::sync::Mutex;
+
+use crate::view::ActivityView;
+
+/// Counter: tasks created through the API.
+pub const TASKS_CREATED: &str = "punctual_tasks_created_total";
+/// Counter: claims that started a run.
+pub const TASKS_FIRED: &str = "punctual_tasks_fired_total";
+/// Counter: runs that succeeded.
+pub const TASKS_SUCCEEDED: &str = "punctual_tasks_succeeded_total";
+/// Counter: runs that failed and will be retried.
+pub const TASKS_RETRIED: &str = "punctual_tasks_retried_total";
+/// Counter: tasks that ended `DEAD`.
+pub const TASKS_DEAD: &str = "punctual_tasks_dead_total";
+/// Counter: messages the poller sent to the ready queue.
+pub const TASKS_DISPATCHED: &str = "punctual_tasks_dispatched_total";
+/// Histogram: claim time minus due time, seconds.
+pub const FIRE_LAG: &str = "punctual_fire_lag_seconds";
+/// Histogram: how long a run took, seconds.
+pub const RUN_DURATION: &str = "punctual_run_duration_seconds";
+/// Gauge: shards this process's pollers hold.
+pub const SHARDS_OWNED: &str = "punctual_shards_owned";
+/// Gauge: messages in the ready queue, by `state` (`ready`, `in_flight`, `dead`).
+pub const QUEUE_DEPTH: &str = "punctual_queue_depth";
+
+/// Bucket bounds (seconds) for the lag and run-duration histograms: 1 ms to 10 min.
+pub const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0,
+];
+
+/// Registers help texts for every metric with the installed recorder.
+pub fn describe() {
+    metrics::describe_counter!(TASKS_CREATED, "Tasks created through the API.");
+    metrics::describe_counter!(TASKS_FIRED, "Claims that started a run.");
+    metrics::describe_counter!(TASKS_SUCCEEDED, "Runs that succeeded.");
+    metrics::describe_counter!(TASKS_RETRIED, "Runs that failed and will be retried.");
+    metrics::describe_counter!(TASKS_DEAD, "Tasks that ended DEAD.");
+    metrics::describe_counter!(TASKS_DISPATCHED, "Messages sent to the ready queue.");
+    metrics::describe_histogram!(
+        FIRE_LAG,
+        metrics::Unit::Seconds,
+        "Claim time minus due time."
+    );
+    metrics::describe_histogram!(RUN_DURATION, metrics::Unit::Seconds, "Run duration.");
+    metrics::describe_gauge!(SHARDS_OWNED, "Shards held by this process's pollers.");
+    metrics::describe_gauge!(QUEUE_DEPTH, "Messages in the ready queue and DLQ.");
+}
+
+const SLOTS: usize = 60;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    second: i64,
+    fired: u64,
+    lag_sum_ms: i64,
+    lag_max_ms: i64,
+    succeeded: u64,
+    retried: u64,
+    dead: u64,
+}
+
+/// What happened, for [`Activity::record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Happened {
+    /// A run started `lag_ms` after its due time.
+    Fired {
+        /// Claim time minus due time.
+        lag_ms: i64,
+    },
+    /// A run succeeded.
+    Succeeded,
+    /// A run failed and will be retried.
+    Retried,
+    /// A task ended `DEAD`.
+    Dead,
+}
+
+/// The last minute of firing, in one-second slots.
+#[derive(Debug)]
+pub struct Activity {
+    slots: Mutex<[Slot; SLOTS]>,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Activity {
+    /// An empty record.
+    pub fn new() -> Self {
+        Self {
+            slots: Mutex::new(
+                [Slot {
+                    second: i64::MIN,
+                    ..Slot::default()
+                }; SLOTS],
+            ),
+        }
+    }
+
+    /// Records one event at `now_ms`.
+    pub fn record(&self, now_ms: i64, what: Happened) {
+        let second = now_ms.div_euclid(1_000);
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &mut slots[second.rem_euclid(SLOTS as i64) as usize];
+        if slot.second != second {
+            *slot = Slot {
+                second,
+                ..Slot::default()
+            };
+        }
+        match what {
+            Happened::Fired { lag_ms } => {
+                slot.fired += 1;
+                slot.lag_sum_ms = slot.lag_sum_ms.saturating_add(lag_ms);
+                slot.lag_max_ms = slot.lag_max_ms.max(lag_ms);
+            }
+            Happened::Succeeded => slot.succeeded += 1,
+            Happened::Retried => slot.retried += 1,
+            Happened::Dead => slot.dead += 1,
+        }
+    }
+
+    /// The 60 s before `now_ms`.
+    pub fn snapshot(&self, now_ms: i64) -> ActivityView {
+        let now_s = now_ms.div_euclid(1_000);
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = ActivityView {
+            fired_last_minute: 0,
+            fire_rate_per_s: 0.0,
+            lag_ms_mean: None,
+            lag_ms_max: None,
+            succeeded_last_minute: 0,
+            retried_last_minute: 0,
+            dead_last_minute: 0,
+        };
+        let mut lag_sum = 0i64;
+        for s in slots
+            .iter()
+            .filter(|s| now_s.saturating_sub(s.second) < SLOTS as i64 && s.second <= now_s)
+        {
+            v.fired_last_minute += s.fired;
+            v.succeeded_last_minute += s.succeeded;
+            v.retried_last_minute += s.retried;
+            v.dead_last_minute += s.dead;
+            if s.fired > 0 {
+                lag_sum = lag_sum.saturating_add(s.lag_sum_ms);
+                v.lag_ms_max = Some(v.lag_ms_max.map_or(s.lag_max_ms, |m| m.max(s.lag_max_ms)));
+            }
+        }
+        v.fire_rate_per_s = v.fired_last_minute as f64 / SLOTS as f64;
+        if v.fired_last_minute > 0 {
+            v.lag_ms_mean = Some(lag_sum as f64 / v.fired_last_minute as f64);
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activity_forgets_after_a_minute() {
+        let a = Activity::new();
+        let t0 = 1_767_225_600_000;
+        a.record(t0, Happened::Fired { lag_ms: 10 });
+        a.record(t0 + 500, Happened::Fired { lag_ms: 30 });
+        a.record(t0 + 30_000, Happened::Succeeded);
+        a.record(t0 + 30_000, Happened::Dead);
+        let s = a.snapshot(t0 + 30_000);
+        assert_eq!(s.fired_last_minute, 2);
+        assert_eq!(s.lag_ms_mean, Some(20.0));
+        assert_eq!(s.lag_ms_max, Some(30));
+        assert_eq!((s.succeeded_last_minute, s.dead_last_minute), (1, 1));
+        let later = a.snapshot(t0 + 61_000);
+        assert_eq!(later.fired_last_minute, 0);
+        assert_eq!(later.lag_ms_max, None);
+        assert_eq!(later.succeeded_last_minute, 1);
+        // A slot reused a minute later starts over.
+        a.record(t0 + 60_000, Happened::Fired { lag_ms: 5 });
+        assert_eq!(a.snapshot(t0 + 60_000).lag_ms_max, Some(5));
+    }
+}
