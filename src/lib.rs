@@ -270,12 +270,12 @@ pub async fn serve(
         }
         config.api.keys = ring;
     }
-    if config.worker.is_some() {
+    if let Some(worker) = config.worker.as_mut() {
         let secret = match config.webhook_secret.take() {
             Some(s) => s,
             None => stored_secret(&config.data_dir)?,
         };
-        punctual_worker::sign::set_secret(Some(secret.as_bytes()));
+        worker.webhook_secret = Some(punctual_worker::sign::WebhookSecret::new(secret.as_bytes()));
     }
     let activity = Arc::new(punctual_api::metrics::Activity::new());
     let (worker_events, worker_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -74,6 +74,9 @@ pub struct WorkerConfig {
     /// visible again when its claim lapses, so another worker takes the task over. Default
     /// `false` (drain: let in-flight runs finish).
     pub release_on_shutdown: bool,
+    /// The deployment's secret signing every webhook call (`X-Punctual-Signature`); calls go
+    /// unsigned without one. Default: none (the binary always provides one).
+    pub webhook_secret: Option<crate::sign::WebhookSecret>,
 }
 
 impl Default for WorkerConfig {
@@ -88,6 +91,7 @@ impl Default for WorkerConfig {
             wait_ms: DEFAULT_WAIT_MS,
             idle_sleep_ms: DEFAULT_IDLE_SLEEP_MS,
             release_on_shutdown: false,
+            webhook_secret: None,
         }
     }
 }

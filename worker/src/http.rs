@@ -35,18 +35,20 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3_600);
 #[derive(Debug, Clone)]
 pub struct HttpTarget {
     client: reqwest::Client,
+    secret: Option<crate::sign::WebhookSecret>,
 }
 
 impl HttpTarget {
-    /// Builds the client once: rustls, pooled, no redirects.
-    pub fn new() -> reqwest::Result<Self> {
+    /// Builds the client once: rustls, pooled, no redirects; calls are signed with `secret`
+    /// when there is one.
+    pub fn new(secret: Option<crate::sign::WebhookSecret>) -> reqwest::Result<Self> {
         let client = reqwest::Client::builder()
             .user_agent(concat!("punctual-worker/", env!("CARGO_PKG_VERSION")))
             .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
             .build()?;
-        Ok(Self { client })
+        Ok(Self { client, secret })
     }
 
     /// POSTs `task.payload` to `url` and classifies the answer.
@@ -58,7 +60,7 @@ impl HttpTarget {
             .header(IDEMPOTENCY_KEY, &task.task_id)
             .header(ATTEMPT_HEADER, task.attempt.to_string());
         // The JSON body, signed with the deployment's secret (`X-Punctual-Signature`).
-        let sent = crate::sign::signed_json(request, &task.payload)
+        let sent = crate::sign::signed_json(request, &task.payload, self.secret.as_ref())
             .send()
             .await;
         let mut resp = match sent {

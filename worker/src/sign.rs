@@ -13,12 +13,11 @@
 //! allows. `v1` names the scheme so a second one can be added without breaking receivers.
 //! [`verify`] is the receiver's side, in Rust; the README shows it in Python.
 //!
-//! The secret is one per deployment, installed by the binary at start-up ([`set_secret`]);
-//! without one, calls go unsigned. It lives in a process-wide slot rather than in
-//! [`WorkerConfig`](crate::WorkerConfig) only to keep this change small beside the worker's
-//! own; the next step is a `WorkerConfig::webhook_secret` field handed to `HttpTarget::new`.
+//! The secret is one per deployment, given to the worker in
+//! [`WorkerConfig::webhook_secret`](crate::WorkerConfig::webhook_secret); without one, calls
+//! go unsigned.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
@@ -27,16 +26,26 @@ use sha2::Sha256;
 /// The header carrying the signature.
 pub const SIGNATURE_HEADER: &str = "X-Punctual-Signature";
 
-static SECRET: RwLock<Option<Arc<[u8]>>> = RwLock::new(None);
+/// The deployment's signing secret. Its `Debug` output never shows the bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookSecret(Arc<[u8]>);
 
-/// Installs (or with `None` removes) the deployment's signing secret for every later call.
-pub fn set_secret(secret: Option<&[u8]>) {
-    let mut slot = SECRET.write().unwrap_or_else(|e| e.into_inner());
-    *slot = secret.map(Arc::from);
+impl WebhookSecret {
+    /// A secret from its bytes.
+    pub fn new(bytes: &[u8]) -> Self {
+        Self(Arc::from(bytes))
+    }
+
+    /// The secret's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
-fn secret() -> Option<Arc<[u8]>> {
-    SECRET.read().unwrap_or_else(|e| e.into_inner()).clone()
+impl std::fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookSecret(<redacted>)")
+    }
 }
 
 fn mac(secret: &[u8], timestamp: i64, body: &[u8]) -> Hmac<Sha256> {
@@ -116,19 +125,20 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Sets `payload` as the JSON body of `request` and, when a secret is installed, signs it.
+/// Sets `payload` as the JSON body of `request` and, when there is a secret, signs it.
 pub fn signed_json(
     request: reqwest::RequestBuilder,
     payload: &serde_json::Value,
+    secret: Option<&WebhookSecret>,
 ) -> reqwest::RequestBuilder {
     let body = serde_json::to_vec(payload).unwrap_or_else(|_| b"null".to_vec());
     let request = request.header(reqwest::header::CONTENT_TYPE, "application/json");
-    let request = match secret() {
+    let request = match secret {
         Some(secret) => {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
-            request.header(SIGNATURE_HEADER, signature(&secret, now, &body))
+            request.header(SIGNATURE_HEADER, signature(secret.as_bytes(), now, &body))
         }
         None => request,
     };

@@ -267,7 +267,7 @@ impl Worker {
             claims,
             completes,
             deletes: Batcher::new(delete_max, in_flight(delete_max), delete),
-            http: HttpTarget::new()?,
+            http: HttpTarget::new(deps.config.webhook_secret.clone())?,
             backend: deps.backend,
             clock: deps.clock,
             config: deps.config,
