@@ -206,7 +206,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         // A static segment wins over `{id}` in the router, so the task whose id is "batch" is
         // served here too.
         .routes(routes!(routes::create_batch, routes::get_task_named_batch))
-        .routes(routes!(routes::get_task))
+        .routes(routes!(routes::get_task, routes::update_task))
         .routes(routes!(routes::cancel_task))
         .routes(routes!(routes::reschedule_task))
         .routes(routes!(routes::replay_task))

@@ -20,7 +20,7 @@ use crate::service;
 use crate::view::{
     BatchRequest, BatchResponse, CancelRequest, DeadLetterView, DlqPage, Health, LetterReplayView,
     Ready, RedriveRequest, RedriveView, RescheduleRequest, ShardView, ShardsView, StatsView,
-    TaskPage, TaskView,
+    TaskPage, TaskView, UpdateTaskRequest,
 };
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -135,6 +135,28 @@ pub(crate) async fn get_task(
 ) -> ApiResult<Json<TaskView>> {
     let id = path_id(path)?;
     Ok(Json(service::get_task(&state, &id).await?.into()))
+}
+
+/// Change a task's payload or retry policy (`max_attempts`, `backoff`) from any status but
+/// `RUNNING`: version + 1, fields left out kept. A `DISPATCHED` task goes back to `SCHEDULED`
+/// at its due time, so the edited task is what runs; a finished one stays finished until a
+/// replay. Give `version` to act only on the version you saw.
+#[utoipa::path(patch, path = "/v1/tasks/{id}", tag = TASKS,
+    params(("id" = String, Path, description = "The task id")),
+    request_body(content = UpdateTaskRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The updated task", body = TaskView),
+        (status = 404, description = "No such task", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Running, or at another version", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn update_task(
+    State(state): State<ApiState>,
+    path: Result<Path<String>, PathRejection>,
+    ApiJson(req): ApiJson<UpdateTaskRequest>,
+) -> ApiResult<Json<TaskView>> {
+    let id = path_id(path)?;
+    Ok(Json(service::update_task(&state, &id, req).await?.into()))
 }
 
 /// Read the task whose id is `batch` (the batch route's path shadows `/v1/tasks/{id}`).

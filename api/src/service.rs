@@ -19,17 +19,20 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use punctual_core::StoreError;
 use punctual_core::store::{
-    DeadLetter, DlqList, Lease, Page, PutOutcome, QueueDepth, TaskCancel, TaskListPending, TaskPut,
-    TaskPutBatch, TaskReschedule,
+    DeadLetter, DlqList, DueBacklog, Lease, Page, PutOutcome, QueueDepth, TaskCancel,
+    TaskListPending, TaskPut, TaskPutBatch, TaskReschedule, TaskUpdate,
 };
 use punctual_core::task::{NewTask, Task, TaskStatus};
-use punctual_core::validate::{CreateTask, MAX_BATCH, parse_rfc3339, validate_id};
+use punctual_core::validate::{
+    CreateTask, MAX_ATTEMPTS_LIMIT, MAX_BATCH, parse_rfc3339, validate_id,
+};
 
 use crate::ApiState;
 use crate::error::ApiError;
 use crate::metrics::TASKS_CREATED;
 use crate::view::{
-    ItemStatus, ItemView, LetterOutcome, QueueView, RedriveView, RescheduleRequest, StatsView,
+    BacklogMinute, ItemStatus, ItemView, LetterOutcome, QueueView, RedriveView, RescheduleRequest,
+    StatsView, UpdateTaskRequest,
 };
 
 /// What happened to one requested task of [`create_tasks`].
@@ -455,6 +458,74 @@ pub async fn replay_task(
     reschedule_call(state, id, "replay", due_ms, Some(task.version), true).await
 }
 
+/// Edits a task's payload or retry policy (version + 1) from any status but `RUNNING`, with
+/// the limits of creation: payload size, `max_attempts` range, backoff shape. A `DISPATCHED`
+/// task goes back to `SCHEDULED` at its due time, so the edit is what runs (see
+/// [`TaskUpdate`]).
+pub async fn update_task(
+    state: &ApiState,
+    id: &str,
+    req: UpdateTaskRequest,
+) -> Result<Task, ApiError> {
+    if req.payload.is_none() && req.max_attempts.is_none() && req.backoff.is_none() {
+        return Err(ApiError::invalid(
+            "payload",
+            "nothing to change: give payload, max_attempts or backoff",
+        ));
+    }
+    if let Some(payload) = &req.payload {
+        let size = serde_json::to_vec(payload)
+            .map(|v| v.len())
+            .unwrap_or(usize::MAX);
+        let limit = state.config.limits.max_payload_bytes;
+        if size > limit {
+            return Err(ApiError::invalid(
+                "payload",
+                format!("{size} bytes, more than the limit of {limit}"),
+            ));
+        }
+    }
+    if let Some(m) = req.max_attempts
+        && !(1..=MAX_ATTEMPTS_LIMIT).contains(&m)
+    {
+        return Err(ApiError::invalid(
+            "max_attempts",
+            format!("must be between 1 and {MAX_ATTEMPTS_LIMIT}"),
+        ));
+    }
+    if let Some(b) = &req.backoff
+        && (b.base_ms == 0 || b.max_ms < b.base_ms)
+    {
+        return Err(ApiError::invalid(
+            "backoff",
+            "base_ms must be positive and max_ms at least base_ms",
+        ));
+    }
+    if validate_id(id).is_err() {
+        return Err(not_found(id));
+    }
+    let result = state
+        .backend
+        .tasks
+        .task_update(TaskUpdate {
+            task_id: id.to_owned(),
+            expected_version: req.version,
+            payload: req.payload,
+            max_attempts: req.max_attempts,
+            backoff: req.backoff,
+            now_ms: state.now_ms(),
+        })
+        .await;
+    match result {
+        Ok(t) => Ok(t),
+        Err(StoreError::NotFound(_)) => Err(not_found(id)),
+        Err(StoreError::Conflict { message }) => {
+            Err(change_conflict(state, id, "update", req.version, message).await)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn page_limit(state: &ApiState, limit: Option<usize>, field: &str) -> Result<usize, ApiError> {
     let max_page = state.config.max_page;
     let limit = limit.unwrap_or(state.config.default_page);
@@ -619,12 +690,34 @@ pub async fn ready(state: &ApiState) -> Result<QueueDepth, ApiError> {
     Ok(depth)
 }
 
-/// What is cheap to know: shards and their leases, queue depth, recent firing.
+/// Minutes of due backlog [`stats`] reports: the next hour.
+pub const BACKLOG_MINUTES: u32 = 60;
+
+/// What is cheap to know: shards and their leases, queue depth, recent firing, and the due
+/// backlog of the next hour (one count per shard-minute of the due index, never a scan).
 pub async fn stats(state: &ApiState) -> Result<StatsView, ApiError> {
     let now_ms = state.now_ms();
     let leases = state.backend.leases.lease_list().await?;
     let depth = state.backend.queue.queue_depth(now_ms).await?;
+    let from_minute = punctual_core::keys::minute_of(now_ms);
+    let counts = state
+        .backend
+        .tasks
+        .due_backlog(DueBacklog {
+            from_minute,
+            minutes: BACKLOG_MINUTES,
+        })
+        .await?;
+    let backlog = counts
+        .into_iter()
+        .zip(from_minute..)
+        .map(|(due, minute)| BacklogMinute {
+            minute: punctual_core::validate::format_rfc3339(minute.saturating_mul(60_000)),
+            due,
+        })
+        .collect();
     Ok(StatsView {
+        backlog,
         shard_count: state.backend.tasks.shard_count(),
         shards_held: leases.iter().filter(|l| l.expires_ms > now_ms).count() as u32,
         queue: QueueView::from(depth),

@@ -161,6 +161,40 @@ pub struct RescheduleRequest {
     pub version: Option<u64>,
 }
 
+/// `PATCH /v1/tasks/{id}` request: a new payload or retry policy for a task that is not
+/// running; fields left out are kept. At least one of `payload`, `max_attempts` and `backoff`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"payload": {"invoice": 43}, "max_attempts": 8, "version": 2}))]
+pub struct UpdateTaskRequest {
+    /// Act only if the task is still at this version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    pub version: Option<u64>,
+    /// The new body handed to the target (any JSON, `null` included, at most the configured
+    /// size).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(required = false)]
+    pub payload: Option<serde_json::Value>,
+    /// Attempts before the task is dead (1 to 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false, minimum = 1, maximum = 100)]
+    pub max_attempts: Option<u32>,
+    /// Backoff between attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false, value_type = crate::schema::BackoffDoc)]
+    pub backoff: Option<Backoff>,
+}
+
+/// A field that is present, `null` included, is `Some`; only an absent one is `None`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(d).map(Some)
+}
+
 /// `POST /v1/tasks/{id}/replay` request; the body is optional. Without a time the task is due
 /// at once.
 pub type ReplayRequest = RescheduleRequest;
@@ -350,4 +384,16 @@ pub struct StatsView {
     pub queue: QueueView,
     /// Firing in this process over the last minute.
     pub activity: ActivityView,
+    /// Tasks waiting in the due index per minute, from the current minute for the next hour
+    /// (60 entries, all shards together; the current minute also holds tasks filed late).
+    pub backlog: Vec<BacklogMinute>,
+}
+
+/// The due index's count for one minute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BacklogMinute {
+    /// The minute's start, RFC 3339.
+    pub minute: String,
+    /// Tasks waiting under it.
+    pub due: u64,
 }

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::error::StoreResult;
-use crate::task::{NewTask, Task};
+use crate::error::{StoreError, StoreResult};
+use crate::task::{Backoff, NewTask, Task};
 
 /// What a backend can or cannot do; the conformance suite skips, with a printed reason, the
 /// cases a backend declares it cannot serve.
@@ -209,6 +209,39 @@ pub struct TaskReschedule {
     pub now_ms: i64,
 }
 
+/// Edit a task's payload or retry policy: any status but `RUNNING`, `version + 1`, the status
+/// and due time otherwise unchanged, with one exception that keeps invariant 1: a task whose
+/// only live copy is a message now stale at the old version — `DISPATCHED`, or `RETRY_WAIT`
+/// waiting out a visibility timeout — goes back into the due index at its due time
+/// (`DISPATCHED` becomes `SCHEDULED`), so the poller sends it again at the new version and
+/// the old message's claim fails (invariant 5). Fields left `None` are kept.
+#[derive(Debug, Clone)]
+pub struct TaskUpdate {
+    /// The task.
+    pub task_id: String,
+    /// Refuse with `Conflict` unless the task is at this version.
+    pub expected_version: Option<u64>,
+    /// The new payload (validated by the caller).
+    pub payload: Option<serde_json::Value>,
+    /// The new attempt limit (validated by the caller).
+    pub max_attempts: Option<u32>,
+    /// The new backoff (validated by the caller).
+    pub backoff: Option<Backoff>,
+    /// Now, epoch milliseconds: decides the bucket of a task put back in the index.
+    pub now_ms: i64,
+}
+
+/// Count the due index minute by minute (every shard's bucket of each minute), for the
+/// backlog an operator watches: what will fire in the coming minutes.
+#[derive(Debug, Clone)]
+pub struct DueBacklog {
+    /// The first minute counted (epoch minutes); a past-due task waits in the minute it was
+    /// filed under, the current one at its creation or after.
+    pub from_minute: i64,
+    /// How many minutes, from `from_minute` on.
+    pub minutes: u32,
+}
+
 /// List the tasks waiting in the due index, in due order, across shards.
 #[derive(Debug, Clone, Default)]
 pub struct TaskListPending {
@@ -266,6 +299,31 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Reschedules or replays a task. `Conflict` if it is running or not at the expected version.
     async fn task_reschedule(&self, p: TaskReschedule) -> StoreResult<Task>;
+
+    /// Edits a task's payload or retry policy (see [`TaskUpdate`]). `Conflict` if it is
+    /// running or not at the expected version, `NotFound` if absent.
+    ///
+    /// Both backends implement it and the conformance suite checks it; the default, which
+    /// refuses with `Invalid`, exists only so wrappers written before this method (test
+    /// doubles) keep compiling — a wrapper should forward it.
+    async fn task_update(&self, p: TaskUpdate) -> StoreResult<Task> {
+        Err(StoreError::invalid(
+            "task",
+            format!("this store cannot edit task {}", p.task_id),
+        ))
+    }
+
+    /// How many tasks wait in the due index under each minute of `p`, all shards together:
+    /// one count per minute, in order. Costs one count per shard-minute of the index (never a
+    /// scan of the table), proportional to what is due in the window. The default, which
+    /// refuses with `Invalid`, exists only for wrappers written before this method.
+    async fn due_backlog(&self, p: DueBacklog) -> StoreResult<Vec<u64>> {
+        let _ = p;
+        Err(StoreError::invalid(
+            "store",
+            "this store cannot count its due index",
+        ))
+    }
 
     /// Lists tasks waiting in the due index, in due order.
     async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>>;

@@ -10,3 +10,4 @@ mod logging;
 mod ops;
 mod store_errors;
 mod support;
+mod update;

@@ -298,6 +298,22 @@ async fn shards_stats_ready_and_metrics() {
     assert_eq!(body["shards_held"], 1);
     assert_eq!(body["queue"]["dead"], 1);
     assert_eq!(body["activity"]["fired_last_minute"], 1);
+    let backlog = body["backlog"].as_array().unwrap();
+    assert_eq!(backlog.len(), 60);
+    assert_eq!(backlog[0]["minute"], "2026-01-01T00:00:00.000Z");
+    assert!(backlog.iter().all(|m| m["due"] == 0), "{backlog:?}");
+    env.post("/v1/tasks", req("b-1", "90s")).await.ok(201);
+    env.post("/v1/tasks", req("b-2", "100s")).await.ok(201);
+    env.post("/v1/tasks", req("b-3", "2h")).await.ok(201);
+    let body = env.get("/v1/stats").await.ok(200).clone();
+    let due: Vec<u64> = body["backlog"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["due"].as_u64().unwrap())
+        .collect();
+    assert_eq!(&due[..3], &[0, 0, 2]);
+    assert_eq!(due.iter().sum::<u64>(), 2);
     assert_eq!(body["activity"]["lag_ms_max"], 40);
 
     let body = env.get("/readyz").await.ok(200).clone();

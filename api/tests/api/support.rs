@@ -8,8 +8,9 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use punctual_api::{ApiConfig, ApiState, KeyRing, Problem, Role, router};
 use punctual_core::store::{
-    Capabilities, ClaimOutcome, DueEntry, DueQuery, Page, PutOutcome, TaskCancel, TaskClaim,
-    TaskComplete, TaskListPending, TaskMarkDispatched, TaskPut, TaskPutBatch, TaskReschedule,
+    Capabilities, ClaimOutcome, DueBacklog, DueEntry, DueQuery, Page, PutOutcome, TaskCancel,
+    TaskClaim, TaskComplete, TaskListPending, TaskMarkDispatched, TaskPut, TaskPutBatch,
+    TaskReschedule, TaskUpdate,
 };
 use punctual_core::testkit::T0;
 use punctual_core::{Backend, ManualClock, StoreError, StoreResult, Task, TaskStore};
@@ -309,6 +310,14 @@ impl TaskStore for Flaky {
     async fn task_reschedule(&self, p: TaskReschedule) -> StoreResult<Task> {
         self.enter("task_reschedule")?;
         self.inner.task_reschedule(p).await
+    }
+    async fn due_backlog(&self, p: DueBacklog) -> StoreResult<Vec<u64>> {
+        self.enter("due_backlog")?;
+        self.inner.due_backlog(p).await
+    }
+    async fn task_update(&self, p: TaskUpdate) -> StoreResult<Task> {
+        self.enter("task_update")?;
+        self.inner.task_update(p).await
     }
     async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>> {
         self.enter("task_list_pending")?;

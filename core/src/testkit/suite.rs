@@ -11,7 +11,8 @@
 //!
 //! The cases cover the protocol of DESIGN.md: put/get and idempotent create, the due query
 //! (only due tasks of one shard-minute, in due order, in pages), the claim conditions and each
-//! race the protocol closes, cancel and reschedule against stale messages, the queue's
+//! race the protocol closes, cancel, reschedule and edit against stale messages (an edited
+//! task a stale message stood for goes back to the due index), the due backlog's counts, the queue's
 //! visibility, redelivery, receive counts and DLQ, and the leases' acquire, renew, expiry,
 //! takeover, epoch and watermark. Time is passed explicitly, so no case sleeps (except the
 //! one long-poll case, which waits at most a few hundred milliseconds).
@@ -22,7 +23,7 @@ use std::pin::Pin;
 use crate::error::{StoreError, StoreResult};
 use crate::keys::{self, MINUTE_MS};
 use crate::store::*;
-use crate::task::{NewTask, Task, TaskStatus};
+use crate::task::{Backoff, NewTask, Task, TaskStatus};
 use crate::testkit::{T0, task};
 
 /// A conformance case.
@@ -63,6 +64,11 @@ cases!(
     cancel_refuses_running_and_terminal_tasks,
     operator_writes_check_expected_version,
     replay_brings_a_dead_task_back,
+    update_edits_payload_and_policy,
+    update_of_a_dispatched_task_beats_the_stale_message,
+    update_of_a_retry_through_visibility_goes_back_to_the_index,
+    update_refuses_running_and_checks_version,
+    due_backlog_counts_each_minute_across_shards,
     list_pending_in_due_order_in_pages,
     queue_send_receive_delete,
     queue_visibility_hides_then_redelivers,
@@ -922,6 +928,211 @@ async fn operator_writes_check_expected_version(b: Backend) {
             .await,
     );
     assert_eq!(get(&b, "ver").await.due_ms, T0 + 1_000);
+}
+
+fn edit(id: &str, expected_version: Option<u64>, now_ms: i64) -> TaskUpdate {
+    TaskUpdate {
+        task_id: id.into(),
+        expected_version,
+        payload: None,
+        max_attempts: None,
+        backoff: None,
+        now_ms,
+    }
+}
+
+async fn update_edits_payload_and_policy(b: Backend) {
+    let t0 = put(&b, task().id("ed").build(), T0).await;
+    let backoff = Backoff {
+        base_ms: 7,
+        max_ms: 70,
+    };
+    let u = b
+        .tasks
+        .task_update(TaskUpdate {
+            payload: Some(serde_json::json!({"edited": true})),
+            max_attempts: Some(9),
+            backoff: Some(backoff),
+            ..edit("ed", Some(1), T0 + 1)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (u.status, u.version, u.due_ms, u.attempt),
+        (TaskStatus::Scheduled, 2, t0.due_ms, 0)
+    );
+    assert_eq!(u.payload, serde_json::json!({"edited": true}));
+    assert_eq!((u.max_attempts, u.backoff), (9, backoff));
+    assert_eq!(u.due_bucket, t0.due_bucket);
+    assert_eq!(get(&b, "ed").await, u);
+    // The index carries the new version, so the poll sends what was edited.
+    let got = due(&b, u.shard, keys::minute_of(T0), T0 + 2).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].version, 2);
+    // Fields left out are kept.
+    let u2 = b
+        .tasks
+        .task_update(TaskUpdate {
+            max_attempts: Some(3),
+            ..edit("ed", None, T0 + 3)
+        })
+        .await
+        .unwrap();
+    assert_eq!((u2.version, u2.max_attempts), (3, 3));
+    assert_eq!(u2.payload, serde_json::json!({"edited": true}));
+    assert_eq!(u2.backoff, backoff);
+    // A terminal task may be edited before a replay; it stays terminal and out of the index.
+    let t = claimed(&b, "ed", 3, T0 + 4).await;
+    complete(&b, &t, Completion::Succeeded, T0 + 5)
+        .await
+        .unwrap();
+    let u3 = b
+        .tasks
+        .task_update(edit("ed", Some(3), T0 + 6))
+        .await
+        .unwrap();
+    assert_eq!(
+        (u3.status, u3.version, u3.due_bucket),
+        (TaskStatus::Succeeded, 4, None)
+    );
+    match b.tasks.task_update(edit("ghost", None, T0)).await {
+        Err(StoreError::NotFound(_)) => {}
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+}
+
+/// Invariants 1 and 5: editing a dispatched task makes its message stale, so the task goes
+/// back into the due index at its due time and is sent again at the new version.
+async fn update_of_a_dispatched_task_beats_the_stale_message(b: Backend) {
+    let t0 = put(&b, task().id("edx").build(), T0).await;
+    b.tasks
+        .task_mark_dispatched(TaskMarkDispatched {
+            tasks: vec![("edx".into(), 1)],
+            now_ms: T0,
+        })
+        .await
+        .unwrap();
+    assert!(due(&b, t0.shard, keys::minute_of(T0), T0).await.is_empty());
+    let now = T0 + 2 * MINUTE_MS;
+    let u = b
+        .tasks
+        .task_update(TaskUpdate {
+            payload: Some(serde_json::json!("v2")),
+            ..edit("edx", None, now)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (u.status, u.version, u.due_ms),
+        (TaskStatus::Scheduled, 2, T0)
+    );
+    // Past due: filed under the current minute, never one the poller has passed.
+    assert_eq!(
+        u.due_bucket,
+        Some(keys::due_bucket(u.shard, keys::minute_of(now)))
+    );
+    conflict(claim(&b, "edx", 1, now + 1).await);
+    let got = due(&b, u.shard, keys::minute_of(now), now + 1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].task_id.as_str(), got[0].version), ("edx", 2));
+    let run = claimed(&b, "edx", 2, now + 2).await;
+    assert_eq!(run.payload, serde_json::json!("v2"));
+}
+
+/// A retry waiting out a visibility timeout lives only in its message; an edit makes that
+/// message stale, so the task must go back to the due index at its next attempt's time.
+async fn update_of_a_retry_through_visibility_goes_back_to_the_index(b: Backend) {
+    put(&b, task().id("edr").build(), T0).await;
+    let t = claimed(&b, "edr", 1, T0).await;
+    let next = T0 + 30_000;
+    complete(
+        &b,
+        &t,
+        Completion::Retry {
+            next_due_ms: next,
+            error: "503".into(),
+            reindex: false,
+        },
+        T0 + 10,
+    )
+    .await
+    .unwrap();
+    let u = b
+        .tasks
+        .task_update(edit("edr", Some(1), T0 + 20))
+        .await
+        .unwrap();
+    assert_eq!(
+        (u.status, u.version, u.due_ms),
+        (TaskStatus::RetryWait, 2, next)
+    );
+    assert_eq!(
+        u.due_bucket,
+        Some(keys::due_bucket(u.shard, keys::minute_of(next)))
+    );
+    conflict(claim(&b, "edr", 1, next).await);
+    let got = due(&b, u.shard, keys::minute_of(next), next).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].version, 2);
+    assert_eq!(claimed(&b, "edr", 2, next + 1).await.attempt, 2);
+}
+
+async fn update_refuses_running_and_checks_version(b: Backend) {
+    put(&b, task().id("edv").build(), T0).await;
+    conflict(b.tasks.task_update(edit("edv", Some(7), T0)).await);
+    assert_eq!(get(&b, "edv").await.version, 1);
+    let t = claimed(&b, "edv", 1, T0).await;
+    conflict(
+        b.tasks
+            .task_update(TaskUpdate {
+                payload: Some(serde_json::json!("no")),
+                ..edit("edv", None, T0 + 1)
+            })
+            .await,
+    );
+    let still = get(&b, "edv").await;
+    assert_eq!((still.status, still.version), (TaskStatus::Running, 1));
+    assert_eq!(still.payload, t.payload);
+}
+
+async fn due_backlog_counts_each_minute_across_shards(b: Backend) {
+    let m0 = keys::minute_of(T0);
+    let n = b.tasks.shard_count();
+    // Minute m0 + k holds k + 1 tasks spread over the shards; one more is dispatched (out of
+    // the index) and one is due after the window.
+    for k in 0..3i64 {
+        for i in 0..=k {
+            let id = format!("bl-{k}-{i}");
+            put(&b, task().id(&id).due(T0 + k * MINUTE_MS + i).build(), T0).await;
+        }
+    }
+    put(&b, task().id("bl-late").due(T0 + 5 * MINUTE_MS).build(), T0).await;
+    put(&b, task().id("bl-gone").due(T0).build(), T0).await;
+    b.tasks
+        .task_mark_dispatched(TaskMarkDispatched {
+            tasks: vec![("bl-gone".into(), 1)],
+            now_ms: T0,
+        })
+        .await
+        .unwrap();
+    let counts = b
+        .tasks
+        .due_backlog(DueBacklog {
+            from_minute: m0,
+            minutes: 4,
+        })
+        .await
+        .unwrap();
+    assert_eq!(counts, vec![1, 2, 3, 0], "{n} shards");
+    let later = b
+        .tasks
+        .due_backlog(DueBacklog {
+            from_minute: m0 + 1,
+            minutes: 5,
+        })
+        .await
+        .unwrap();
+    assert_eq!(later, vec![2, 3, 0, 0, 1]);
 }
 
 async fn replay_brings_a_dead_task_back(b: Backend) {

@@ -55,7 +55,7 @@ fn json<T: serde::de::DeserializeOwned>(item: &Item, field: &str) -> StoreResult
     serde_json::from_str(get_s(item, field)?).map_err(|e| bad(field, e))
 }
 
-fn to_json(v: &impl serde::Serialize, field: &str) -> StoreResult<AttributeValue> {
+pub(crate) fn to_json(v: &impl serde::Serialize, field: &str) -> StoreResult<AttributeValue> {
     serde_json::to_string(v)
         .map(AttributeValue::S)
         .map_err(|e| StoreError::invalid(field, e.to_string()))

@@ -7,7 +7,8 @@
 //! | `task_mark_dispatched` | one conditional `UpdateItem` per task, in parallel |
 //! | `task_claim` | one conditional `UpdateItem` returning `ALL_NEW`; on conflict a `GetItem` |
 //! | `task_complete` | one conditional `UpdateItem` returning `ALL_NEW` |
-//! | `task_cancel`, `task_reschedule` | `GetItem`, then `UpdateItem` conditional on the read version and status |
+//! | `task_cancel`, `task_reschedule`, `task_update` | `GetItem`, then `UpdateItem` conditional on the read version and status |
+//! | `due_backlog` | one `Query` with `Select = COUNT` on `by_due` per shard-minute, in parallel |
 //! | `task_list_pending` | `Query`s on `by_due`, minute by minute across shards, then `BatchGetItem` |
 //!
 //! **Listing without Scan.** `task_list_pending` walks the bucket minutes from the oldest
@@ -27,14 +28,14 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnValue};
 use punctual_core::error::StoreResult;
 use punctual_core::keys;
 use punctual_core::store::{
-    Capabilities, ClaimOutcome, Completion, DueEntry, DueQuery, Page, PutOutcome, TaskCancel,
-    TaskClaim, TaskComplete, TaskListPending, TaskMarkDispatched, TaskPut, TaskPutBatch,
-    TaskReschedule,
+    Capabilities, ClaimOutcome, Completion, DueBacklog, DueEntry, DueQuery, Page, PutOutcome,
+    TaskCancel, TaskClaim, TaskComplete, TaskListPending, TaskMarkDispatched, TaskPut,
+    TaskPutBatch, TaskReschedule, TaskUpdate,
 };
 use punctual_core::task::{NewTask, Task, TaskStatus, Transition};
 use punctual_core::{LeaseStore, StoreError, TaskStore};
 
-use super::item::{Item, get_n, get_s, task_from_item, task_to_item};
+use super::item::{Item, get_n, get_s, task_from_item, task_to_item, to_json};
 use super::names::*;
 use super::{AwsStore, Ex, build_err, fan_out, map_sdk, num, s};
 
@@ -246,6 +247,35 @@ impl AwsStore {
             st = ex.n(STATUS),
             rs = ex.v("rs", s(task.status.as_str())),
         )
+    }
+
+    /// Counts one bucket of `by_due` (`Select = COUNT`, paged: DynamoDB counts up to 1 MB
+    /// of index per page).
+    async fn count_bucket(&self, bucket: String) -> StoreResult<u64> {
+        let mut ex = Ex::default();
+        let cond = format!("{} = {}", ex.n(DUE_BUCKET), ex.v("b", s(bucket)));
+        let mut n = 0u64;
+        let mut start = None;
+        loop {
+            let out = self
+                .ddb()
+                .query()
+                .table_name(&self.names.tasks_table)
+                .index_name(GSI_BY_DUE)
+                .key_condition_expression(&cond)
+                .set_expression_attribute_names(ex.names())
+                .set_expression_attribute_values(ex.values())
+                .select(aws_sdk_dynamodb::types::Select::Count)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| map_sdk("Query by_due count", e))?;
+            n += out.count.max(0) as u64;
+            start = out.last_evaluated_key.filter(|k| !k.is_empty());
+            if start.is_none() {
+                return Ok(n);
+            }
+        }
     }
 
     /// Queries one bucket of `by_due` for `after < due_key <= upper` (both optional).
@@ -656,6 +686,104 @@ impl TaskStore for AwsStore {
             .await?;
         self.raise_max_due_minute(minute).await;
         Ok(t)
+    }
+
+    async fn task_update(&self, p: TaskUpdate) -> StoreResult<Task> {
+        let task = self.require(&p.task_id).await?;
+        if let Some(v) = p.expected_version
+            && v != task.version
+        {
+            return Err(StoreError::conflict(format!(
+                "task {} is at version {}, not {v}",
+                p.task_id, task.version
+            )));
+        }
+        if task.status == TaskStatus::Running {
+            return Err(StoreError::conflict(format!(
+                "task {} is RUNNING: a running task cannot be edited",
+                p.task_id
+            )));
+        }
+        let mut ex = Ex::default();
+        // Conditional on the status and version read: the decision below about the index
+        // holds only for that state.
+        let condition = Self::as_read(&mut ex, &task);
+        let mut sets = vec![
+            format!("{} = {}", ex.n(VERSION), ex.v("nv", num(task.version + 1))),
+            format!("{} = {}", ex.n(UPDATED_MS), ex.v("now", num(p.now_ms))),
+        ];
+        if let Some(payload) = &p.payload {
+            sets.push(format!(
+                "{} = {}",
+                ex.n(PAYLOAD),
+                ex.v("pl", to_json(payload, "payload")?)
+            ));
+        }
+        if let Some(m) = p.max_attempts {
+            sets.push(format!("{} = {}", ex.n(MAX_ATTEMPTS), ex.v("ma", num(m))));
+        }
+        if let Some(b) = &p.backoff {
+            sets.push(format!(
+                "{} = {}",
+                ex.n(BACKOFF),
+                ex.v("bo", to_json(b, "backoff")?)
+            ));
+        }
+        // A task out of the index whose only live copy is the message now made stale goes
+        // back in at its due time, so it is sent again at the new version (invariant 1).
+        let waiting = matches!(
+            task.status,
+            TaskStatus::Scheduled | TaskStatus::Dispatched | TaskStatus::RetryWait
+        );
+        let refile = waiting && task.due_bucket.is_none();
+        let minute = keys::bucket_minute(task.due_ms, p.now_ms);
+        if refile {
+            sets.push(format!(
+                "{} = {}",
+                ex.n(DUE_BUCKET),
+                ex.v("db", s(keys::due_bucket(task.shard, minute)))
+            ));
+        }
+        if task.status == TaskStatus::Dispatched {
+            sets.push(format!(
+                "{} = {}",
+                ex.n(STATUS),
+                ex.v("next", s(TaskStatus::Scheduled.as_str()))
+            ));
+        }
+        let update = format!("SET {}", sets.join(", "));
+        let t = self
+            .update("UpdateItem edit", &p.task_id, update, condition, ex)
+            .await?;
+        if refile {
+            self.raise_max_due_minute(minute).await;
+        }
+        Ok(t)
+    }
+
+    async fn due_backlog(&self, p: DueBacklog) -> StoreResult<Vec<u64>> {
+        let mut jobs = Vec::with_capacity(p.minutes as usize * self.shard_count as usize);
+        for i in 0..p.minutes {
+            for shard in 0..self.shard_count {
+                jobs.push((i as usize, shard));
+            }
+        }
+        let me = self.clone_handle();
+        let from = p.from_minute;
+        let counted = fan_out(jobs, self.opts.concurrency, move |(i, shard)| {
+            let me = me.clone();
+            async move {
+                let bucket = keys::due_bucket(shard, from + i as i64);
+                me.count_bucket(bucket).await.map(|n| (i, n))
+            }
+        })
+        .await;
+        let mut counts = vec![0u64; p.minutes as usize];
+        for r in counted {
+            let (i, n) = r?;
+            counts[i] += n;
+        }
+        Ok(counts)
     }
 
     async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>> {

@@ -4,9 +4,9 @@ use async_trait::async_trait;
 use punctual_core::error::StoreResult;
 use punctual_core::keys;
 use punctual_core::store::{
-    Capabilities, ClaimOutcome, Completion, DueEntry, DueQuery, Page, PutOutcome, TaskCancel,
-    TaskClaim, TaskComplete, TaskListPending, TaskMarkDispatched, TaskPut, TaskPutBatch,
-    TaskReschedule,
+    Capabilities, ClaimOutcome, Completion, DueBacklog, DueEntry, DueQuery, Page, PutOutcome,
+    TaskCancel, TaskClaim, TaskComplete, TaskListPending, TaskMarkDispatched, TaskPut,
+    TaskPutBatch, TaskReschedule, TaskUpdate,
 };
 use punctual_core::task::{NewTask, Task, TaskStatus, Transition};
 use punctual_core::{StoreError, TaskStore};
@@ -384,6 +384,108 @@ fn reschedule(conn: &Connection, p: &TaskReschedule) -> DbResult<Task> {
     )?)
 }
 
+/// The edit's one conditional write (see [`TaskUpdate`]). Every `SET` expression reads the
+/// row as it was, so `status` in the `CASE`s is the old status. A task out of the index whose
+/// only live copy is a now-stale message (`DISPATCHED`, or `RETRY_WAIT` riding a visibility
+/// timeout) is filed again under `keys::due_bucket(shard, keys::bucket_minute(due_ms, now))`,
+/// spelled in SQL (`?7` is now's minute); terminal tasks and tasks already in the index keep
+/// their bucket.
+pub(super) const UPDATE_SQL: &str = concat!(
+    "UPDATE tasks SET version = version + 1,
+         payload = coalesce(?3, payload),
+         max_attempts = coalesce(?4, max_attempts),
+         backoff = coalesce(?5, backoff),
+         status = CASE WHEN status = 'DISPATCHED' THEN 'SCHEDULED' ELSE status END,
+         due_bucket = CASE
+             WHEN due_bucket IS NULL AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT')
+             THEN printf('%05d#%010d', shard, max(due_ms / 60000, ?7))
+             ELSE due_bucket END,
+         updated_ms = ?6
+     WHERE task_id = ?1 AND status <> 'RUNNING' AND (?2 IS NULL OR version = ?2)
+     RETURNING ",
+    task_columns!()
+);
+
+fn update(conn: &Connection, p: &TaskUpdate) -> DbResult<Task> {
+    let payload = p
+        .payload
+        .as_ref()
+        .map(|v| to_json(v, "payload"))
+        .transpose()?;
+    let backoff = p
+        .backoff
+        .as_ref()
+        .map(|v| to_json(v, "backoff"))
+        .transpose()?;
+    let done = conn
+        .prepare_cached(UPDATE_SQL)?
+        .query_row(
+            params![
+                p.task_id,
+                p.expected_version.map(|v| v as i64),
+                payload,
+                p.max_attempts,
+                backoff,
+                p.now_ms,
+                keys::minute_of(p.now_ms)
+            ],
+            task_from_row,
+        )
+        .optional()?;
+    if let Some(task) = done {
+        return Ok(task);
+    }
+    // Refused: say why (inside the write job, so this is the row the update saw).
+    let task = require(conn, &p.task_id)?;
+    Err(StoreError::conflict(format!(
+        "task {} is {} at version {}{}",
+        task.task_id,
+        task.status,
+        task.version,
+        match p.expected_version {
+            Some(v) if v != task.version => format!(", not {v}"),
+            _ => ": a running task cannot be edited".to_owned(),
+        }
+    ))
+    .into())
+}
+
+/// The backlog of one shard: its buckets in a minute range, counted on the partial index
+/// (`due_bucket >= ?` implies `due_bucket IS NOT NULL`, so the planner may use it; the count
+/// walks only the entries of those buckets, never the table).
+pub(super) const BACKLOG_SQL: &str = "SELECT due_bucket, count(*) FROM tasks
+     WHERE due_bucket >= ?1 AND due_bucket <= ?2
+     GROUP BY due_bucket";
+
+fn due_backlog(conn: &Connection, p: &DueBacklog, shard_count: u32) -> DbResult<Vec<u64>> {
+    let mut counts = vec![0u64; p.minutes as usize];
+    if p.minutes == 0 {
+        return Ok(counts);
+    }
+    let last = p.from_minute + i64::from(p.minutes) - 1;
+    let mut stmt = conn.prepare_cached(BACKLOG_SQL)?;
+    for shard in 0..shard_count {
+        let rows = stmt.query_map(
+            params![
+                keys::due_bucket(shard, p.from_minute),
+                keys::due_bucket(shard, last)
+            ],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+        )?;
+        for row in rows {
+            let (bucket, n) = row?;
+            let minute = bucket
+                .split_once('#')
+                .and_then(|(_, m)| m.parse::<i64>().ok())
+                .ok_or_else(|| conversion_error(0, format!("malformed due_bucket {bucket:?}")))?;
+            if let Some(slot) = counts.get_mut((minute - p.from_minute) as usize) {
+                *slot += n as u64;
+            }
+        }
+    }
+    Ok(counts)
+}
+
 /// Splits a `due_key` back into due time and id: the covering index holds no other column.
 fn parse_due_key(due_key: &str) -> rusqlite::Result<(i64, &str)> {
     let bad = || conversion_error(0, format!("malformed due_key {due_key:?}"));
@@ -534,6 +636,17 @@ impl TaskStore for EmbeddedStore {
 
     async fn task_reschedule(&self, p: TaskReschedule) -> StoreResult<Task> {
         self.writer.run(move |conn| reschedule(conn, &p)).await
+    }
+
+    async fn task_update(&self, p: TaskUpdate) -> StoreResult<Task> {
+        self.writer.run(move |conn| update(conn, &p)).await
+    }
+
+    async fn due_backlog(&self, p: DueBacklog) -> StoreResult<Vec<u64>> {
+        let shards = self.shard_count;
+        self.readers
+            .run(move |conn| due_backlog(conn, &p, shards))
+            .await
     }
 
     async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>> {

@@ -195,6 +195,59 @@ async fn hot_paths_use_their_indexes_and_never_scan_or_sort() {
     }
 }
 
+#[tokio::test]
+async fn the_backlog_counts_on_the_due_index_and_an_edit_is_a_point_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let batch: Vec<_> = (0..200)
+        .map(|i| task().id(format!("b-{i}")).due_in(i * 1_000).build())
+        .collect();
+    store
+        .task_put_batch(TaskPutBatch {
+            tasks: batch,
+            now_ms: T0,
+        })
+        .await
+        .unwrap();
+    let (backlog, update) = store
+        .readers
+        .run(|conn| {
+            Ok((
+                plan(
+                    conn,
+                    tasks::BACKLOG_SQL,
+                    &[&"00001#0029453760", &"00001#0029453819"],
+                ),
+                plan(
+                    conn,
+                    tasks::UPDATE_SQL,
+                    &[
+                        &"b-1",
+                        &Option::<i64>::None,
+                        &Option::<String>::None,
+                        &Option::<u32>::None,
+                        &Option::<String>::None,
+                        &T0,
+                        &29_453_760,
+                    ],
+                ),
+            ))
+        })
+        .await
+        .unwrap();
+    assert!(
+        backlog.contains("USING COVERING INDEX tasks_by_due (due_bucket>? AND due_bucket<?)"),
+        "the backlog counts on the partial index: {backlog}"
+    );
+    assert!(
+        update.contains("USING INDEX sqlite_autoindex_tasks_1 (task_id=?)"),
+        "an edit is a point write: {update}"
+    );
+    for p in [&backlog, &update] {
+        assert!(!p.starts_with("SCAN"), "no scan: {p}");
+    }
+}
+
 /// Jobs queued behind a blocking job are taken as one group: each commits or rolls back alone.
 #[tokio::test]
 async fn a_failed_job_rolls_back_alone_within_its_group() {
