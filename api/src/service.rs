@@ -287,14 +287,7 @@ pub async fn list_pending(
     after: Option<&str>,
     limit: Option<usize>,
 ) -> Result<Page<Task>, ApiError> {
-    let max_page = state.config.max_page;
-    let limit = limit.unwrap_or(state.config.default_page);
-    if !(1..=max_page).contains(&limit) {
-        return Err(ApiError::bad_request(
-            "limit",
-            format!("must be between 1 and {max_page}"),
-        ));
-    }
+    let limit = page_limit(state, limit, "limit")?;
     let after_key = after.map(decode_cursor).transpose()?;
     let page = state
         .backend
