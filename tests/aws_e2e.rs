@@ -7,12 +7,9 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use punctual::{ServeConfig, StoreChoice};
-use punctual_poller::PollerConfig;
-use punctual_worker::{Handlers, WorkerConfig};
 use support::*;
 use tokio_util::sync::CancellationToken;
 
@@ -37,38 +34,10 @@ async fn http_flow_with_the_aws_backend() {
     let dir = tempfile::tempdir().unwrap();
     let stop = CancellationToken::new();
     let config = ServeConfig {
-        addr: Some("127.0.0.1:0".parse().unwrap()),
-        data_dir: dir.path().to_path_buf(),
-        poller: Some(PollerConfig {
-            tick_ms: 200,
-            ..PollerConfig::default()
-        }),
-        worker: Some(WorkerConfig {
-            concurrency: 64,
-            ..WorkerConfig::default()
-        }),
-        api: punctual_api::ApiConfig {
-            keys: punctual_api::KeyRing::single(punctual_api::Role::Admin, API_KEY),
-            ..punctual_api::ApiConfig::default()
-        },
-        webhook_secret: Some(WEBHOOK_SECRET.into()),
         backend: StoreChoice::Aws { prefix: p.clone() },
-        ..ServeConfig::default()
+        ..test_serve_config(dir.path(), 200, 64)
     };
-    let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
-    let stopped = stop.clone().cancelled_owned();
-    let server = tokio::spawn(async move {
-        punctual::serve(
-            config,
-            Handlers::new(),
-            move |a| {
-                let _ = tx.send(a);
-            },
-            stopped,
-        )
-        .await
-    });
-    let api = format!("http://{}", rx.await.unwrap());
+    let (api, server) = serve_in_process(config, &stop).await;
     let receiver = Receiver::start().await;
 
     // 300 tasks due over the next 3 s, through the batch endpoint.

@@ -4,52 +4,18 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use punctual::ServeConfig;
 use punctual_core::store::DlqList;
-use punctual_poller::PollerConfig;
-use punctual_worker::{Handlers, WorkerConfig};
 use support::*;
 use tokio_util::sync::CancellationToken;
 
 /// Starts `punctual::serve` in this process on 127.0.0.1:0; returns its base URL.
 async fn start(dir: &std::path::Path, stop: &CancellationToken) -> String {
-    let config = ServeConfig {
-        addr: Some("127.0.0.1:0".parse().unwrap()),
-        data_dir: dir.to_path_buf(),
-        poller: Some(PollerConfig {
-            tick_ms: 100,
-            ..PollerConfig::default()
-        }),
-        worker: Some(WorkerConfig {
-            concurrency: 128,
-            ..WorkerConfig::default()
-        }),
-        api: punctual_api::ApiConfig {
-            keys: punctual_api::KeyRing::single(punctual_api::Role::Admin, API_KEY),
-            ..punctual_api::ApiConfig::default()
-        },
-        webhook_secret: Some(WEBHOOK_SECRET.into()),
-        ..ServeConfig::default()
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
-    let stopped = stop.clone().cancelled_owned();
-    tokio::spawn(async move {
-        punctual::serve(
-            config,
-            Handlers::new(),
-            move |a| {
-                let _ = tx.send(a);
-            },
-            stopped,
-        )
+    serve_in_process(test_serve_config(dir, 100, 128), stop)
         .await
-        .unwrap();
-    });
-    format!("http://{}", rx.await.unwrap())
+        .0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

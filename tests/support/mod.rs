@@ -274,3 +274,49 @@ pub fn percentile(v: &mut [i64], p: usize) -> i64 {
 pub fn addr_of(url: &str) -> SocketAddr {
     url.trim_start_matches("http://").parse().unwrap()
 }
+
+/// The configuration the in-process tests serve with: 127.0.0.1:0, a `tick_ms` poll, the test
+/// API key and webhook secret, the embedded store in `dir`.
+pub fn test_serve_config(dir: &Path, tick_ms: u64, concurrency: usize) -> punctual::ServeConfig {
+    punctual::ServeConfig {
+        addr: Some("127.0.0.1:0".parse().unwrap()),
+        data_dir: dir.to_path_buf(),
+        poller: Some(punctual_poller::PollerConfig {
+            tick_ms,
+            ..punctual_poller::PollerConfig::default()
+        }),
+        worker: Some(punctual_worker::WorkerConfig {
+            concurrency,
+            ..punctual_worker::WorkerConfig::default()
+        }),
+        api: punctual_api::ApiConfig {
+            keys: punctual_api::KeyRing::single(punctual_api::Role::Admin, API_KEY),
+            ..punctual_api::ApiConfig::default()
+        },
+        webhook_secret: Some(WEBHOOK_SECRET.into()),
+        ..punctual::ServeConfig::default()
+    }
+}
+
+/// Runs `punctual::serve(config)` in this process until `stop` is cancelled; returns its base
+/// URL once it listens, and the task to await for its result.
+pub async fn serve_in_process(
+    config: punctual::ServeConfig,
+    stop: &tokio_util::sync::CancellationToken,
+) -> (String, tokio::task::JoinHandle<anyhow::Result<()>>) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
+    let stopped = stop.clone().cancelled_owned();
+    let server = tokio::spawn(async move {
+        punctual::serve(
+            config,
+            punctual_worker::Handlers::new(),
+            move |a| {
+                let _ = tx.send(a);
+            },
+            stopped,
+        )
+        .await
+    });
+    let addr = rx.await.expect("the server listens");
+    (format!("http://{addr}"), server)
+}
