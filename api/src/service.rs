@@ -294,10 +294,7 @@ pub async fn list_pending(
         .tasks
         .task_list_pending(TaskListPending { after_key, limit })
         .await?;
-    Ok(Page {
-        items: page.items,
-        next: page.next.as_deref().map(encode_cursor),
-    })
+    Ok(with_client_cursor(page))
 }
 
 /// The cursor a client sees for a store's page key: URL-safe, opaque.
@@ -531,6 +528,14 @@ fn page_limit(state: &ApiState, limit: Option<usize>, field: &str) -> Result<usi
     Ok(limit)
 }
 
+/// A store page with its `next` key turned into the cursor a client sees.
+fn with_client_cursor<T>(page: Page<T>) -> Page<T> {
+    Page {
+        next: page.next.as_deref().map(encode_cursor),
+        items: page.items,
+    }
+}
+
 /// Lists the DLQ, oldest first, in pages; cursors as in [`list_pending`].
 pub async fn list_dead_letters(
     state: &ApiState,
@@ -544,10 +549,7 @@ pub async fn list_dead_letters(
         .queue
         .dlq_list(DlqList { after, limit })
         .await?;
-    Ok(Page {
-        items: page.items,
-        next: page.next.as_deref().map(encode_cursor),
-    })
+    Ok(with_client_cursor(page))
 }
 
 /// Most letters [`replay_letter`] walks past to find one by id: the trait lists the DLQ in
