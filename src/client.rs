@@ -87,7 +87,7 @@ pub enum TaskCommand {
         /// The task id.
         id: String,
     },
-    /// List the tasks waiting to fire, in due order.
+    /// List tasks in due order: those waiting to fire, or those matching the filters.
     List {
         /// Page size.
         #[arg(long, default_value_t = 100)]
@@ -95,6 +95,9 @@ pub enum TaskCommand {
         /// Continue after this cursor (printed under the previous page).
         #[arg(long)]
         after: Option<String>,
+        /// Which tasks.
+        #[command(flatten)]
+        filter: ListFilter,
     },
     /// Cancel a waiting task.
     Cancel {
@@ -128,6 +131,43 @@ pub enum TaskCommand {
     },
 }
 
+/// The filters of `punctual task list`, as `GET /v1/tasks` takes them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct ListFilter {
+    /// Only tasks in this status (SCHEDULED, RETRY_WAIT, DEAD or CANCELLED: the statuses the
+    /// stores index); without it, the tasks waiting to fire.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only tasks due at or after this time (RFC 3339).
+    #[arg(long)]
+    pub due_from: Option<String>,
+    /// Only tasks due before this time (RFC 3339).
+    #[arg(long)]
+    pub due_to: Option<String>,
+    /// Only tasks whose target is of this kind: http, log or handler.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Only tasks whose id starts with this.
+    #[arg(long)]
+    pub id_prefix: Option<String>,
+}
+
+impl ListFilter {
+    /// The filters as query parameters (`&name=value`, escaped), in a fixed order.
+    fn query(&self) -> String {
+        [
+            ("status", &self.status),
+            ("due_from", &self.due_from),
+            ("due_to", &self.due_to),
+            ("target", &self.target),
+            ("id_prefix", &self.id_prefix),
+        ]
+        .into_iter()
+        .filter_map(|(name, v)| v.as_deref().map(|v| format!("&{name}={}", seg(v))))
+        .collect()
+    }
+}
+
 /// `punctual dlq …`
 #[derive(Debug, Clone, Subcommand)]
 pub enum DlqCommand {
@@ -142,6 +182,11 @@ pub enum DlqCommand {
     },
     /// Replay one dead letter's task and remove the letter.
     Replay {
+        /// The letter's id (the ID column of `dlq list`).
+        id: String,
+    },
+    /// Remove one dead letter without replaying its task.
+    Purge {
         /// The letter's id (the ID column of `dlq list`).
         id: String,
     },
@@ -413,11 +458,19 @@ pub async fn run(
                 .await?;
             one_task(out, &v)
         }
-        ClientCommand::Task(TaskCommand::List { limit, after }) => {
+        ClientCommand::Task(TaskCommand::List {
+            limit,
+            after,
+            filter,
+        }) => {
             let v = api
                 .call(
                     M::GET,
-                    &format!("/v1/tasks{}", page_query(limit, after.as_deref())),
+                    &format!(
+                        "/v1/tasks{}{}",
+                        page_query(limit, after.as_deref()),
+                        filter.query()
+                    ),
                     None,
                 )
                 .await?;
@@ -499,6 +552,21 @@ pub async fn run(
             if let Some(n) = v["next"].as_str() {
                 writeln!(out, "more: --after {n}")?;
             }
+            Ok(())
+        }
+        ClientCommand::Dlq(DlqCommand::Purge { id }) => {
+            let v = api
+                .call(M::DELETE, &format!("/v1/dlq/{}", seg(&id)), None)
+                .await?;
+            if args.json {
+                return Ok(print_json(out, &v)?);
+            }
+            writeln!(
+                out,
+                "letter {}: task {} purged",
+                s(&v["id"]),
+                s(&v["task_id"])
+            )?;
             Ok(())
         }
         ClientCommand::Dlq(DlqCommand::Replay { id }) => {

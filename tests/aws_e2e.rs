@@ -89,6 +89,54 @@ async fn http_flow_with_the_aws_backend() {
         .await
         .unwrap();
     assert_eq!(got["status"], "SUCCEEDED");
+
+    // Filtered listing over HTTP: through the indexes, or refused naming `status`.
+    let client = api_client();
+    let get = |path: String| {
+        let client = client.clone();
+        let api = api.clone();
+        async move {
+            let r = client.get(format!("{api}{path}")).send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (code, problem) = get("/v1/tasks?status=SUCCEEDED".into()).await;
+    assert_eq!(
+        (code, problem["field"].as_str()),
+        (400, Some("status")),
+        "{problem}"
+    );
+    let later = now() + 3_600_000;
+    create_batch(
+        &api,
+        vec![
+            http_task("aws-list-a", later, &receiver.url),
+            http_task("aws-list-b", later + 60_000, &receiver.url),
+            http_task("aws-other-c", later + 120_000, &receiver.url),
+        ],
+    )
+    .await;
+    let cancelled = client
+        .post(format!("{api}/v1/tasks/aws-list-b/cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status().as_u16(), 200);
+    let ids = |v: &serde_json::Value| -> Vec<String> {
+        v["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (code, v) = get("/v1/tasks?status=CANCELLED".into()).await;
+    assert_eq!((code, ids(&v)), (200, vec!["aws-list-b".to_owned()]), "{v}");
+    let (code, v) = get("/v1/tasks?id_prefix=aws-list-&target=http".into()).await;
+    assert_eq!((code, ids(&v)), (200, vec!["aws-list-a".to_owned()]), "{v}");
+    let (_, stats) = get("/v1/stats".into()).await;
+    assert!(stats["counts"].is_null(), "no cheap counts on aws: {stats}");
     stop.cancel();
     server.await.unwrap().unwrap();
 }

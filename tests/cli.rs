@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 
 use punctual::ServeConfig;
-use punctual::client::{ClientArgs, ClientCommand, DlqCommand, TaskCommand, When, run};
+use punctual::client::{ClientArgs, ClientCommand, DlqCommand, ListFilter, TaskCommand, When, run};
 use punctual_worker::Handlers;
 use support::*;
 use tokio_util::sync::CancellationToken;
@@ -105,6 +105,7 @@ async fn task_commands_print_tables_and_json() {
         ClientCommand::Task(TaskCommand::List {
             limit: 1,
             after: None,
+            filter: ListFilter::default(),
         }),
     )
     .await;
@@ -124,6 +125,7 @@ async fn task_commands_print_tables_and_json() {
         ClientCommand::Task(TaskCommand::List {
             limit: 1,
             after: Some(cursor),
+            filter: ListFilter::default(),
         }),
     )
     .await;
@@ -442,5 +444,219 @@ async fn dlq_commands_list_replay_and_redrive() {
     )
     .await;
     assert_eq!(listed.lines().count(), 1, "only the header: {listed}");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn task_list_filters_and_dlq_purge() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let url = start(dir.path(), &stop).await;
+    let table = args(&url, API_KEY, false);
+    let json = args(&url, API_KEY, true);
+    let create = |id: &str, delay: &str, webhook: bool| {
+        ClientCommand::Task(TaskCommand::Create {
+            id: Some(id.into()),
+            when: when(delay),
+            webhook: webhook.then(|| "http://127.0.0.1:9/hook".into()),
+            log: !webhook,
+            handler: None,
+            payload: None,
+            max_attempts: None,
+        })
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    out(&table, create("f-1", "1h", false)).await;
+    out(&table, create("f-2", "90m", true)).await;
+    out(&table, create("f-3", "2h", true)).await;
+    out(&table, create("g-1", "3h", false)).await;
+    out(
+        &table,
+        ClientCommand::Task(TaskCommand::Cancel {
+            id: "f-2".into(),
+            version: None,
+        }),
+    )
+    .await;
+    let list = |filter: ListFilter| {
+        let json = json.clone();
+        async move {
+            let printed = out(
+                &json,
+                ClientCommand::Task(TaskCommand::List {
+                    limit: 100,
+                    after: None,
+                    filter,
+                }),
+            )
+            .await;
+            let v: serde_json::Value = serde_json::from_str(&printed).unwrap();
+            v["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let at = |minutes: i64| punctual_core::validate::format_rfc3339(now_ms + minutes * 60_000);
+    let cases = [
+        (ListFilter::default(), vec!["f-1", "f-3", "g-1"]),
+        (
+            ListFilter {
+                status: Some("CANCELLED".into()),
+                ..ListFilter::default()
+            },
+            vec!["f-2"],
+        ),
+        (
+            ListFilter {
+                target: Some("log".into()),
+                ..ListFilter::default()
+            },
+            vec!["f-1", "g-1"],
+        ),
+        (
+            ListFilter {
+                id_prefix: Some("f-".into()),
+                ..ListFilter::default()
+            },
+            vec!["f-1", "f-3"],
+        ),
+        (
+            ListFilter {
+                due_from: Some(at(100)),
+                due_to: Some(at(150)),
+                ..ListFilter::default()
+            },
+            vec!["f-3"],
+        ),
+        (
+            ListFilter {
+                status: Some("SCHEDULED".into()),
+                due_from: Some(at(30)),
+                target: Some("http".into()),
+                id_prefix: Some("f".into()),
+                due_to: None,
+            },
+            vec!["f-3"],
+        ),
+    ];
+    for (filter, want) in cases {
+        assert_eq!(list(filter.clone()).await, want, "{filter:?}");
+    }
+    // The table form, and the flags as the binary reads them.
+    let printed = out(
+        &table,
+        ClientCommand::Task(TaskCommand::List {
+            limit: 100,
+            after: None,
+            filter: ListFilter {
+                status: Some("CANCELLED".into()),
+                ..ListFilter::default()
+            },
+        }),
+    )
+    .await;
+    assert!(
+        printed.lines().nth(1).unwrap().starts_with("f-2"),
+        "{printed}"
+    );
+    let bin = env!("CARGO_BIN_EXE_punctual");
+    let run_bin = {
+        let url = url.clone();
+        move |args: &[&str]| {
+            Command::new(bin)
+                .args(args)
+                .env("PUNCTUAL_URL", &url)
+                .env("PUNCTUAL_API_KEY", API_KEY)
+                .output()
+                .unwrap()
+        }
+    };
+    let (ok, bad) = tokio::task::spawn_blocking(move || {
+        (
+            run_bin(&[
+                "task",
+                "list",
+                "--json",
+                "--status",
+                "SCHEDULED",
+                "--target",
+                "log",
+                "--id-prefix",
+                "g",
+            ]),
+            run_bin(&["task", "list", "--status", "WAITING"]),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(v["tasks"][0]["id"], "g-1");
+    assert_eq!(v["tasks"].as_array().unwrap().len(), 1);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("Bad request") && err.contains("WAITING"),
+        "{err}"
+    );
+
+    // Purge one letter: gone from the DLQ, its task left DEAD.
+    out(&table, create("p-1", "0s", true)).await;
+    kill_task(dir.path(), "p-1").await;
+    let listed = out(
+        &table,
+        ClientCommand::Dlq(DlqCommand::List {
+            limit: 10,
+            after: None,
+        }),
+    )
+    .await;
+    let letter = listed
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let purged = out(
+        &table,
+        ClientCommand::Dlq(DlqCommand::Purge { id: letter.clone() }),
+    )
+    .await;
+    assert!(purged.contains("task p-1 purged"), "{purged}");
+    let listed = out(
+        &table,
+        ClientCommand::Dlq(DlqCommand::List {
+            limit: 10,
+            after: None,
+        }),
+    )
+    .await;
+    assert_eq!(listed.lines().count(), 1, "only the header: {listed}");
+    let dead = list(ListFilter {
+        status: Some("DEAD".into()),
+        ..ListFilter::default()
+    })
+    .await;
+    assert_eq!(dead, vec!["p-1"]);
+    let mut buf = Vec::new();
+    let again = run(
+        &table,
+        ClientCommand::Dlq(DlqCommand::Purge { id: letter }),
+        &mut buf,
+    )
+    .await;
+    assert!(again.is_err(), "a second purge finds nothing");
     stop.cancel();
 }

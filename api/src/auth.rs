@@ -46,7 +46,7 @@ use crate::error::ApiError;
 pub enum Role {
     /// Read tasks, dead letters, shards, stats and metrics.
     Viewer,
-    /// Also create, cancel, reschedule and replay tasks, and replay one dead letter.
+    /// Also create, cancel, reschedule and replay tasks, and replay or purge one dead letter.
     Operator,
     /// Also bulk operations: redrive the whole DLQ.
     Admin,
@@ -299,6 +299,9 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     match (method, path) {
         (&Method::GET | &Method::HEAD, "/healthz") => None,
         (_, "/v1/dlq/redrive") => Some(Role::Admin),
+        // Purging one letter loses it for good (its task stays): an operator's decision, like
+        // replaying it; the rule for non-GET methods says so already, named here to be seen.
+        (&Method::DELETE, "/v1/dlq/{id}") => Some(Role::Operator),
         (&Method::GET | &Method::HEAD, _) => Some(Role::Viewer),
         _ => Some(Role::Operator),
     }
@@ -418,5 +421,13 @@ mod tests {
             Some(Role::Admin)
         );
         assert_eq!(required_role(&Method::GET, "/nowhere"), Some(Role::Viewer));
+        assert_eq!(
+            required_role(&Method::GET, "/v1/dlq/{id}"),
+            Some(Role::Viewer)
+        );
+        assert_eq!(
+            required_role(&Method::DELETE, "/v1/dlq/{id}"),
+            Some(Role::Operator)
+        );
     }
 }

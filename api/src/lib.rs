@@ -211,6 +211,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(routes::reschedule_task))
         .routes(routes!(routes::replay_task))
         .routes(routes!(routes::list_dlq))
+        .routes(routes!(routes::get_letter, routes::purge_letter))
         .routes(routes!(routes::replay_letter))
         .routes(routes!(routes::redrive))
         .routes(routes!(routes::shards))

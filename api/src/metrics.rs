@@ -91,6 +91,7 @@ pub enum Happened {
 #[derive(Debug)]
 pub struct Activity {
     slots: Mutex<[Slot; SLOTS]>,
+    minutes: Mutex<Vec<MinuteSlot>>,
 }
 
 impl Default for Activity {
@@ -109,6 +110,7 @@ impl Activity {
                     ..Slot::default()
                 }; SLOTS],
             ),
+            minutes: Mutex::new(vec![MinuteSlot::EMPTY; MINUTES]),
         }
     }
 
@@ -132,6 +134,66 @@ impl Activity {
             Happened::Succeeded => slot.succeeded += 1,
             Happened::Retried => slot.retried += 1,
             Happened::Dead => slot.dead += 1,
+        }
+        drop(slots);
+        if let Happened::Fired { lag_ms } = what {
+            let minute = now_ms.div_euclid(60_000);
+            let mut minutes = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
+            let m = &mut minutes[minute.rem_euclid(MINUTES as i64) as usize];
+            if m.minute != minute {
+                *m = MinuteSlot {
+                    minute,
+                    ..MinuteSlot::EMPTY
+                };
+            }
+            m.fired += 1;
+            m.lag[lag_bucket(lag_ms)] += 1;
+        }
+    }
+
+    /// Tasks fired in each of the [`MINUTES`] minutes up to and including `now_ms`'s, oldest
+    /// first.
+    pub fn minutes(&self, now_ms: i64) -> Vec<MinuteActivity> {
+        let now_minute = now_ms.div_euclid(60_000);
+        let minutes = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
+        (now_minute - MINUTES as i64 + 1..=now_minute)
+            .map(|minute| {
+                let m = &minutes[minute.rem_euclid(MINUTES as i64) as usize];
+                MinuteActivity {
+                    minute,
+                    fired: if m.minute == minute { m.fired } else { 0 },
+                }
+            })
+            .collect()
+    }
+
+    /// Firing over the last `minutes` minutes (at most [`MINUTES`]) up to `now_ms`: count,
+    /// rate, and lag percentiles (to within a quarter of their value: the histogram has four
+    /// buckets per power of two).
+    pub fn recent(&self, now_ms: i64, minutes: u32) -> RecentFiring {
+        let n = (minutes.clamp(1, MINUTES as u32)) as i64;
+        let now_minute = now_ms.div_euclid(60_000);
+        let slots = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lag = [0u64; LAG_BUCKETS];
+        let mut fired = 0u64;
+        for s in slots
+            .iter()
+            .filter(|s| s.minute <= now_minute && s.minute > now_minute - n)
+        {
+            fired += s.fired;
+            for (total, c) in lag.iter_mut().zip(s.lag.iter()) {
+                *total += u64::from(*c);
+            }
+        }
+        // The current minute is partly elapsed: the window is n - 1 whole minutes plus it.
+        let window_s =
+            (n - 1) as f64 * 60.0 + (now_ms.rem_euclid(60_000) as f64 / 1_000.0).max(1.0);
+        RecentFiring {
+            minutes: n as u32,
+            fired,
+            rate_per_s: fired as f64 / window_s,
+            lag_p50_ms: lag_percentile(&lag, fired, 50.0),
+            lag_p99_ms: lag_percentile(&lag, fired, 99.0),
         }
     }
 
@@ -170,6 +232,88 @@ impl Activity {
     }
 }
 
+/// One-minute slots kept by [`Activity`]: one hour.
+pub const MINUTES: usize = 60;
+
+/// Buckets of the per-minute lag histogram: four per power of two of milliseconds, up to
+/// 2^31 ms (about 25 days); anything longer lands in the last.
+const LAG_BUCKETS: usize = 128;
+
+#[derive(Debug, Clone, Copy)]
+struct MinuteSlot {
+    minute: i64,
+    fired: u64,
+    lag: [u32; LAG_BUCKETS],
+}
+
+impl MinuteSlot {
+    const EMPTY: MinuteSlot = MinuteSlot {
+        minute: i64::MIN,
+        fired: 0,
+        lag: [0; LAG_BUCKETS],
+    };
+}
+
+/// The bucket of a lag: 0 to 3 ms exactly, then four buckets per power of two.
+fn lag_bucket(lag_ms: i64) -> usize {
+    let v = lag_ms.max(0) as u64;
+    if v < 4 {
+        return v as usize;
+    }
+    let e = 63 - v.leading_zeros() as usize; // floor(log2 v) >= 2
+    let sub = ((v >> (e - 2)) - 4) as usize; // 0..4
+    (4 * e + sub).min(LAG_BUCKETS - 1)
+}
+
+/// The largest lag a bucket holds (its upper bound, exclusive, minus one).
+fn lag_bucket_max(i: usize) -> i64 {
+    if i < 4 {
+        return i as i64;
+    }
+    let (e, sub) = (i / 4, (i % 4) as i64);
+    ((5 + sub) << (e - 2)) - 1
+}
+
+/// The `p`-th percentile of a histogram of `total` lags, as its bucket's upper bound.
+fn lag_percentile(lag: &[u64; LAG_BUCKETS], total: u64, p: f64) -> Option<i64> {
+    if total == 0 {
+        return None;
+    }
+    let rank = ((p / 100.0) * total as f64).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (i, c) in lag.iter().enumerate() {
+        seen += c;
+        if seen >= rank {
+            return Some(lag_bucket_max(i));
+        }
+    }
+    Some(lag_bucket_max(LAG_BUCKETS - 1))
+}
+
+/// Tasks fired in one minute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinuteActivity {
+    /// The minute, epoch minutes (epoch milliseconds / 60,000).
+    pub minute: i64,
+    /// Runs started in it.
+    pub fired: u64,
+}
+
+/// Firing over the last few minutes, from [`Activity::recent`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecentFiring {
+    /// The window, minutes (the current one included).
+    pub minutes: u32,
+    /// Runs started in it.
+    pub fired: u64,
+    /// Runs started per second over it.
+    pub rate_per_s: f64,
+    /// Median claim lag (claim time minus due time), milliseconds; `None` when nothing fired.
+    pub lag_p50_ms: Option<i64>,
+    /// 99th percentile claim lag, milliseconds.
+    pub lag_p99_ms: Option<i64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,5 +338,43 @@ mod tests {
         // A slot reused a minute later starts over.
         a.record(t0 + 60_000, Happened::Fired { lag_ms: 5 });
         assert_eq!(a.snapshot(t0 + 60_000).lag_ms_max, Some(5));
+    }
+
+    #[test]
+    fn the_last_hour_is_kept_by_minute_with_lag_percentiles() {
+        let a = Activity::new();
+        let t0 = 1_767_225_600_000; // a minute boundary
+        for i in 0..100 {
+            // 99 fast runs and one slow one, ten minutes ago.
+            let lag = if i == 99 { 5_000 } else { 40 + i % 10 };
+            a.record(t0 - 600_000 + i, Happened::Fired { lag_ms: lag });
+        }
+        a.record(t0 + 1_000, Happened::Fired { lag_ms: 7 });
+        let m = a.minutes(t0 + 30_000);
+        assert_eq!(m.len(), MINUTES);
+        assert_eq!(m.last().unwrap().minute, t0 / 60_000);
+        assert_eq!(m.last().unwrap().fired, 1);
+        assert_eq!(m[MINUTES - 11].fired, 100);
+        let r = a.recent(t0 + 30_000, 15);
+        assert_eq!(r.fired, 101);
+        let p50 = r.lag_p50_ms.unwrap();
+        assert!((40..=60).contains(&p50), "p50 {p50}");
+        let p99 = r.lag_p99_ms.unwrap();
+        assert!(
+            (40..=60).contains(&p99),
+            "p99 {p99}: the one slow run is the 100th"
+        );
+        assert!(a.recent(t0 + 30_000, 5).lag_p50_ms.unwrap() <= 7);
+        // An hour later it is all forgotten.
+        assert_eq!(a.recent(t0 + 3_600_000, 60).fired, 0);
+        assert!(a.minutes(t0 + 3_600_000).iter().all(|m| m.fired == 0));
+        // Buckets hold their value within a quarter.
+        for v in [0, 3, 4, 7, 8, 100, 1_000, 65_537, 10_000_000] {
+            let max = lag_bucket_max(lag_bucket(v));
+            assert!(
+                max >= v && max as f64 <= v as f64 * 1.25 + 1.0,
+                "{v} -> {max}"
+            );
+        }
     }
 }

@@ -20,7 +20,7 @@ use crate::service;
 use crate::view::{
     BatchRequest, BatchResponse, CancelRequest, DeadLetterView, DlqPage, Health, LetterReplayView,
     Ready, RedriveRequest, RedriveView, RescheduleRequest, ShardView, ShardsView, StatsView,
-    TaskPage, TaskView, UpdateTaskRequest,
+    TaskListQuery, TaskPage, TaskView, UpdateTaskRequest,
 };
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -72,6 +72,52 @@ fn page_query(query: Option<&str>, max_page: usize) -> ApiResult<(Option<String>
         }
     }
     Ok((after, limit))
+}
+
+/// Reads `GET /v1/tasks`'s query: the filters, `after` and `limit`, each at most once,
+/// refusing anything else (400 naming the parameter).
+fn task_list_query(query: Option<&str>, max_page: usize) -> ApiResult<TaskListQuery> {
+    let mut q = TaskListQuery::default();
+    for (name, value) in query_pairs(query)? {
+        let slot = match name.as_str() {
+            "status" => &mut q.status,
+            "due_from" => &mut q.due_from,
+            "due_to" => &mut q.due_to,
+            "target" => &mut q.target,
+            "id_prefix" => &mut q.id_prefix,
+            "after" => &mut q.after,
+            "limit" => {
+                let n = value.parse::<usize>().map_err(|_| {
+                    ApiError::bad_request(
+                        "limit",
+                        format!("{value:?} is not a number; give 1 to {max_page}"),
+                    )
+                })?;
+                if q.limit.replace(n).is_some() {
+                    return Err(ApiError::bad_request(
+                        "limit",
+                        "`limit` given more than once",
+                    ));
+                }
+                continue;
+            }
+            _ => {
+                return Err(ApiError::bad_request(
+                    name.clone(),
+                    format!(
+                        "unknown query parameter `{name}`; this route takes status, due_from, due_to, target, id_prefix, after and limit"
+                    ),
+                ));
+            }
+        };
+        if slot.replace(value).is_some() {
+            return Err(ApiError::bad_request(
+                name.clone(),
+                format!("`{name}` given more than once"),
+            ));
+        }
+    }
+    Ok(q)
 }
 
 /// Create a task. The same request under the same client id again is a 200 with the stored
@@ -238,23 +284,36 @@ pub(crate) async fn replay_task(
     ))
 }
 
-/// List the tasks waiting in the due index, in due order.
+/// List tasks in due order, in pages. Without `status`, the tasks waiting in the due index
+/// (what will fire); the other filters narrow either. The aws backend lists `SCHEDULED`,
+/// `RETRY_WAIT`, `DEAD` and `CANCELLED` only (a 400 names `status` otherwise), and a page
+/// there may hold fewer than `limit` tasks, even none, while `next` is set.
 #[utoipa::path(get, path = "/v1/tasks", tag = TASKS,
     params(
+        ("status" = Option<crate::schema::TaskStatusDoc>, Query,
+            description = "Only tasks in this status; absent: the tasks waiting to fire"),
+        ("due_from" = Option<String>, Query, format = DateTime,
+            description = "Only tasks due at or after this time (RFC 3339)"),
+        ("due_to" = Option<String>, Query, format = DateTime,
+            description = "Only tasks due before this time (RFC 3339, exclusive)"),
+        ("target" = Option<crate::schema::TargetKindDoc>, Query,
+            description = "Only tasks whose target is of this kind"),
+        ("id_prefix" = Option<String>, Query, pattern = r"^[A-Za-z0-9._:-]{1,128}$",
+            description = "Only tasks whose id starts with this"),
         ("after" = Option<String>, Query, description = "The `next` cursor of the previous page"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000,
             description = "Page size, 1 to the server's maximum (1,000 by default)"),
     ),
     responses(
-        (status = 200, description = "A page of waiting tasks", body = TaskPage),
+        (status = 200, description = "A page of tasks", body = TaskPage),
         (status = 400, description = "A bad parameter", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(crate) async fn list_pending(
     State(state): State<ApiState>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Json<TaskPage>> {
-    let (after, limit) = page_query(query.as_deref(), state.config.max_page)?;
-    let page = service::list_pending(&state, after.as_deref(), limit).await?;
+    let q = task_list_query(query.as_deref(), state.config.max_page)?;
+    let page = service::list_tasks(&state, &q).await?;
     Ok(Json(TaskPage {
         tasks: page.items.into_iter().map(TaskView::from).collect(),
         next: page.next,
@@ -282,6 +341,36 @@ pub(crate) async fn list_dlq(
         letters: page.items.into_iter().map(DeadLetterView::from).collect(),
         next: page.next,
     }))
+}
+
+/// Read one dead letter.
+#[utoipa::path(get, path = "/v1/dlq/{id}", tag = DLQ,
+    params(("id" = String, Path, description = "The letter's id (from GET /v1/dlq)")),
+    responses(
+        (status = 200, description = "The letter", body = DeadLetterView),
+        (status = 404, description = "No such letter", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn get_letter(
+    State(state): State<ApiState>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Json<DeadLetterView>> {
+    let id = path_id(path)?;
+    Ok(Json(service::get_letter(&state, &id).await?.into()))
+}
+
+/// Purge one dead letter: remove it without replaying its task (which stays as it is).
+#[utoipa::path(delete, path = "/v1/dlq/{id}", tag = DLQ,
+    params(("id" = String, Path, description = "The letter's id (from GET /v1/dlq)")),
+    responses(
+        (status = 200, description = "The letter removed", body = DeadLetterView),
+        (status = 404, description = "No such letter", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn purge_letter(
+    State(state): State<ApiState>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Json<DeadLetterView>> {
+    let id = path_id(path)?;
+    Ok(Json(service::purge_letter(&state, &id).await?.into()))
 }
 
 /// Replay one dead letter's task (due now, attempts reset) and remove the letter.

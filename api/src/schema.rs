@@ -33,6 +33,19 @@ pub(crate) enum TaskStatusDoc {
     Cancelled,
 }
 
+/// The kind of a task's target, as `GET /v1/tasks?target=` filters on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = TargetKind)]
+pub(crate) enum TargetKindDoc {
+    /// A webhook.
+    Http,
+    /// The no-op target.
+    Log,
+    /// A registered Rust handler.
+    Handler,
+}
+
 /// What firing a task means.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -131,6 +144,9 @@ mod tests {
     fn mirrors_match_core() {
         for s in punctual_core::task::ALL_STATUSES {
             mirrors::<TaskStatus, TaskStatusDoc>(&s);
+        }
+        for k in punctual_core::TargetKind::ALL {
+            mirrors::<punctual_core::TargetKind, TargetKindDoc>(&k);
         }
         let targets = [
             Target::Http {

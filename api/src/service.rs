@@ -19,12 +19,13 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use punctual_core::StoreError;
 use punctual_core::store::{
-    DeadLetter, DlqList, DueBacklog, Lease, Page, PutOutcome, QueueDepth, TaskCancel,
-    TaskListPending, TaskPut, TaskPutBatch, TaskReschedule, TaskUpdate,
+    DeadLetter, DlqList, DueBacklog, Lease, Page, PutOutcome, QueueDepth, TaskCancel, TaskFilter,
+    TaskList, TaskListPending, TaskPut, TaskPutBatch, TaskReschedule, TaskUpdate,
 };
-use punctual_core::task::{NewTask, Task, TaskStatus};
+use punctual_core::task::{NewTask, TargetKind, Task, TaskStatus};
 use punctual_core::validate::{
-    CreateTask, MAX_ATTEMPTS_LIMIT, MAX_BATCH, parse_rfc3339, validate_id,
+    CreateTask, MAX_BATCH, MAX_ID_LEN, parse_rfc3339, validate_backoff, validate_id,
+    validate_max_attempts, validate_payload,
 };
 
 use crate::ApiState;
@@ -32,7 +33,7 @@ use crate::error::ApiError;
 use crate::metrics::TASKS_CREATED;
 use crate::view::{
     BacklogMinute, ItemStatus, ItemView, LetterOutcome, QueueView, RedriveView, RescheduleRequest,
-    StatsView, UpdateTaskRequest,
+    StatsView, TaskListQuery, UpdateTaskRequest,
 };
 
 /// What happened to one requested task of [`create_tasks`].
@@ -297,6 +298,117 @@ pub async fn list_pending(
     Ok(with_client_cursor(page))
 }
 
+/// The statuses `GET /v1/tasks?status=` accepts on this backend (the embedded store: all;
+/// aws: those its indexes hold, see [`Capabilities`](punctual_core::store::Capabilities)).
+pub fn listable_statuses(state: &ApiState) -> &'static [TaskStatus] {
+    state.backend.tasks.capabilities().list_statuses
+}
+
+/// A query value, `None` when absent or blank.
+fn given(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+/// Checks a [`TaskListQuery`] and builds the store's filter; 400 naming the parameter at
+/// fault.
+pub fn task_filter(state: &ApiState, q: &TaskListQuery) -> Result<TaskFilter, ApiError> {
+    let status = match given(&q.status) {
+        None => None,
+        Some(s) => {
+            let listable = listable_statuses(state);
+            let names = || {
+                listable
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let status = TaskStatus::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
+                ApiError::bad_request(
+                    "status",
+                    format!("{s:?} is not a status; give one of {}", names()),
+                )
+            })?;
+            if !listable.contains(&status) {
+                return Err(ApiError::bad_request(
+                    "status",
+                    format!(
+                        "this backend cannot list {status} tasks: it has no index of them and never scans the table; it lists {}",
+                        names()
+                    ),
+                ));
+            }
+            Some(status)
+        }
+    };
+    let time = |v: &Option<String>, field: &str| {
+        given(v)
+            .map(|t| parse_rfc3339(t).map_err(|m| ApiError::bad_request(field, m)))
+            .transpose()
+    };
+    let due_from_ms = time(&q.due_from, "due_from")?;
+    let due_to_ms = time(&q.due_to, "due_to")?;
+    if let (Some(from), Some(to)) = (due_from_ms, due_to_ms)
+        && to <= from
+    {
+        return Err(ApiError::bad_request(
+            "due_to",
+            "must be later than due_from (the window is due_from <= due < due_to)",
+        ));
+    }
+    let target_kind = given(&q.target)
+        .map(|k| {
+            TargetKind::parse(&k.to_ascii_lowercase()).ok_or_else(|| {
+                ApiError::bad_request(
+                    "target",
+                    format!("{k:?} is not a target kind; give http, log or handler"),
+                )
+            })
+        })
+        .transpose()?;
+    let id_prefix = given(&q.id_prefix)
+        .map(|p| {
+            validate_id(p).map(|()| p.to_owned()).map_err(|_| {
+                ApiError::bad_request(
+                    "id_prefix",
+                    format!(
+                        "1 to {MAX_ID_LEN} characters of letters, digits, '-', '_', '.', ':' (what a task id may hold)"
+                    ),
+                )
+            })
+        })
+        .transpose()?;
+    Ok(TaskFilter {
+        status,
+        due_from_ms,
+        due_to_ms,
+        target_kind,
+        id_prefix,
+    })
+}
+
+/// Lists tasks by status, due window, target kind and id prefix, in due order, in pages
+/// (see [`TaskListQuery`]; no status lists the tasks waiting to fire). Cursors as in
+/// [`list_pending`]. 400 naming the parameter at fault, including a status this backend
+/// cannot list ([`listable_statuses`]).
+pub async fn list_tasks(state: &ApiState, q: &TaskListQuery) -> Result<Page<Task>, ApiError> {
+    let filter = task_filter(state, q)?;
+    let limit = page_limit(state, q.limit, "limit")?;
+    // Unlike the filters, a blank cursor is refused: it is never typed, only handed back.
+    let after_key = q.after.as_deref().map(decode_cursor).transpose()?;
+    let page = state
+        .backend
+        .tasks
+        .task_list(TaskList {
+            filter,
+            after_key,
+            limit,
+            now_ms: state.now_ms(),
+        })
+        .await?;
+    Ok(with_client_cursor(page))
+}
+
 /// The cursor a client sees for a store's page key: URL-safe, opaque.
 pub fn encode_cursor(key: &str) -> String {
     URL_SAFE_NO_PAD.encode(key)
@@ -464,32 +576,13 @@ pub async fn update_task(
         ));
     }
     if let Some(payload) = &req.payload {
-        let size = serde_json::to_vec(payload)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
-        let limit = state.config.limits.max_payload_bytes;
-        if size > limit {
-            return Err(ApiError::invalid(
-                "payload",
-                format!("{size} bytes, more than the limit of {limit}"),
-            ));
-        }
+        validate_payload(payload, &state.config.limits)?;
     }
-    if let Some(m) = req.max_attempts
-        && !(1..=MAX_ATTEMPTS_LIMIT).contains(&m)
-    {
-        return Err(ApiError::invalid(
-            "max_attempts",
-            format!("must be between 1 and {MAX_ATTEMPTS_LIMIT}"),
-        ));
+    if let Some(m) = req.max_attempts {
+        validate_max_attempts(m)?;
     }
-    if let Some(b) = &req.backoff
-        && (b.base_ms == 0 || b.max_ms < b.base_ms)
-    {
-        return Err(ApiError::invalid(
-            "backoff",
-            "base_ms must be positive and max_ms at least base_ms",
-        ));
+    if let Some(b) = &req.backoff {
+        validate_backoff(b)?;
     }
     if validate_id(id).is_err() {
         return Err(not_found(id));
@@ -552,36 +645,27 @@ pub async fn list_dead_letters(
     Ok(with_client_cursor(page))
 }
 
-/// Most letters [`replay_letter`] walks past to find one by id: the trait lists the DLQ in
-/// pages and has no lookup by id yet.
-const LETTER_SEARCH_LIMIT: usize = 100_000;
+/// One dead letter by id; 404 if the DLQ holds none.
+pub async fn get_letter(state: &ApiState, letter_id: &str) -> Result<DeadLetter, ApiError> {
+    state
+        .backend
+        .queue
+        .dlq_get(letter_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no dead letter with id `{letter_id}`")))
+}
 
-/// Finds a letter by id by walking the DLQ.
-async fn find_letter(state: &ApiState, letter_id: &str) -> Result<DeadLetter, ApiError> {
-    let mut after = None;
-    let mut seen = 0;
-    loop {
-        let page = state
-            .backend
-            .queue
-            .dlq_list(DlqList {
-                after,
-                limit: 1_000,
-            })
-            .await?;
-        seen += page.items.len();
-        if let Some(l) = page.items.into_iter().find(|l| l.id == letter_id) {
-            return Ok(l);
-        }
-        match page.next {
-            Some(n) if seen < LETTER_SEARCH_LIMIT => after = Some(n),
-            _ => {
-                return Err(ApiError::NotFound(format!(
-                    "no dead letter with id `{letter_id}`"
-                )));
-            }
-        }
-    }
+/// Removes one dead letter without replaying its task, and returns it; 404 if the DLQ holds
+/// none. The task stays as it is (`DEAD`, usually); replay it later with
+/// [`replay_task`] if need be.
+pub async fn purge_letter(state: &ApiState, letter_id: &str) -> Result<DeadLetter, ApiError> {
+    let letter = get_letter(state, letter_id).await?;
+    state
+        .backend
+        .queue
+        .dlq_delete(std::slice::from_ref(&letter.id))
+        .await?;
+    Ok(letter)
 }
 
 /// Replays one letter's task and removes the letter (see [`LetterOutcome`]).
@@ -631,7 +715,7 @@ pub async fn replay_letter(
     state: &ApiState,
     letter_id: &str,
 ) -> Result<(DeadLetter, LetterOutcome, Option<Task>), ApiError> {
-    let letter = find_letter(state, letter_id).await?;
+    let letter = get_letter(state, letter_id).await?;
     let (outcome, task) = replay_one(state, &letter).await?;
     Ok((letter, outcome, task))
 }
@@ -688,8 +772,9 @@ pub async fn ready(state: &ApiState) -> Result<QueueDepth, ApiError> {
 /// Minutes of due backlog [`stats`] reports: the next hour.
 pub const BACKLOG_MINUTES: u32 = 60;
 
-/// What is cheap to know: shards and their leases, queue depth, recent firing, and the due
-/// backlog of the next hour (one count per shard-minute of the due index, never a scan).
+/// What is cheap to know: shards and their leases, queue depth, recent firing, the due
+/// backlog of the next hour (one count per shard-minute of the due index, never a scan), and
+/// the tasks per status where the backend keeps counters (`counts`, else `None`).
 pub async fn stats(state: &ApiState) -> Result<StatsView, ApiError> {
     let now_ms = state.now_ms();
     let leases = state.backend.leases.lease_list().await?;
@@ -711,8 +796,14 @@ pub async fn stats(state: &ApiState) -> Result<StatsView, ApiError> {
             due,
         })
         .collect();
+    let counts = if state.backend.tasks.capabilities().status_counts {
+        Some(state.backend.tasks.task_counts().await?.into())
+    } else {
+        None
+    };
     Ok(StatsView {
         backlog,
+        counts,
         shard_count: state.backend.tasks.shard_count(),
         shards_held: leases.iter().filter(|l| l.expires_ms > now_ms).count() as u32,
         queue: QueueView::from(depth),

@@ -128,10 +128,76 @@ pub struct CancelRequest {
 /// `GET /v1/tasks` answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TaskPage {
-    /// Waiting tasks, in due order.
+    /// The tasks, in due order. On some backends a page may hold fewer than `limit` (even
+    /// none) while `next` is set: keep following `next`.
     pub tasks: Vec<TaskView>,
     /// Pass as `after` for the next page; `null` on the last.
     pub next: Option<String>,
+}
+
+/// `GET /v1/tasks` query, as a client gives it: every value a string, checked by
+/// [`service::list_tasks`](crate::service::list_tasks), which names the parameter at fault.
+/// An empty filter counts as absent, so an HTML form's blank fields can be passed unchanged
+/// (`after` must be a cursor when given).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskListQuery {
+    /// `SCHEDULED`, `DISPATCHED`, `RUNNING`, `RETRY_WAIT`, `SUCCEEDED`, `DEAD` or
+    /// `CANCELLED`. Absent: the tasks waiting in the due index (what will fire), in due order.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// Only tasks due at or after this time, RFC 3339.
+    #[serde(default)]
+    pub due_from: Option<String>,
+    /// Only tasks due before this time (exclusive), RFC 3339.
+    #[serde(default)]
+    pub due_to: Option<String>,
+    /// Only tasks whose target is of this kind: `http`, `log` or `handler`.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// Only tasks whose id starts with this.
+    #[serde(default)]
+    pub id_prefix: Option<String>,
+    /// The `next` cursor of the previous page.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// Page size, 1 to the server's maximum.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// Tasks per status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub struct StatusCountsView {
+    /// Waiting for their due time.
+    pub scheduled: u64,
+    /// Sent to the ready queue, not yet claimed.
+    pub dispatched: u64,
+    /// Claimed by a worker.
+    pub running: u64,
+    /// Waiting for their next attempt.
+    pub retry_wait: u64,
+    /// Done.
+    pub succeeded: u64,
+    /// Attempts spent or failed for good.
+    pub dead: u64,
+    /// Cancelled by an operator.
+    pub cancelled: u64,
+}
+
+impl From<punctual_core::store::StatusCounts> for StatusCountsView {
+    fn from(c: punctual_core::store::StatusCounts) -> Self {
+        Self {
+            scheduled: c.scheduled,
+            dispatched: c.dispatched,
+            running: c.running,
+            retry_wait: c.retry_wait,
+            succeeded: c.succeeded,
+            dead: c.dead,
+            cancelled: c.cancelled,
+        }
+    }
 }
 
 /// `GET /healthz` answer.
@@ -387,6 +453,9 @@ pub struct StatsView {
     /// Tasks waiting in the due index per minute, from the current minute for the next hour
     /// (60 entries, all shards together; the current minute also holds tasks filed late).
     pub backlog: Vec<BacklogMinute>,
+    /// Tasks per status, where the backend counts them cheaply (the embedded store keeps
+    /// counters); `null` where it cannot without reading every task (aws).
+    pub counts: Option<StatusCountsView>,
 }
 
 /// The due index's count for one minute.

@@ -23,4 +23,4 @@ pub mod testkit;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{StoreError, StoreResult};
 pub use store::{Backend, LeaseStore, ReadyQueue, TaskStore};
-pub use task::{Backoff, NewTask, Target, Task, TaskStatus, Transition};
+pub use task::{Backoff, NewTask, Target, TargetKind, Task, TaskStatus, Transition};

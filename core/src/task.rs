@@ -173,11 +173,47 @@ pub enum Target {
 impl Target {
     /// The kind as a short string: `http`, `log`, `handler`.
     pub fn kind(&self) -> &'static str {
+        self.target_kind().as_str()
+    }
+
+    /// The kind, as a listing filters on it.
+    pub fn target_kind(&self) -> TargetKind {
         match self {
-            Target::Http { .. } => "http",
-            Target::Log => "log",
-            Target::Handler { .. } => "handler",
+            Target::Http { .. } => TargetKind::Http,
+            Target::Log => TargetKind::Log,
+            Target::Handler { .. } => TargetKind::Handler,
         }
+    }
+}
+
+/// The kind of a [`Target`], without its settings: what a task listing filters on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetKind {
+    /// [`Target::Http`].
+    Http,
+    /// [`Target::Log`].
+    Log,
+    /// [`Target::Handler`].
+    Handler,
+}
+
+impl TargetKind {
+    /// Every kind.
+    pub const ALL: [TargetKind; 3] = [TargetKind::Http, TargetKind::Log, TargetKind::Handler];
+
+    /// The kind as written in a target's `type` field: `http`, `log`, `handler`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::Http => "http",
+            TargetKind::Log => "log",
+            TargetKind::Handler => "handler",
+        }
+    }
+
+    /// Parses [`as_str`](Self::as_str)'s output.
+    pub fn parse(s: &str) -> Option<TargetKind> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
 }
 
@@ -323,6 +359,23 @@ mod tests {
     use super::*;
     use TaskStatus::*;
     use Transition::*;
+
+    #[test]
+    fn target_kinds_round_trip_and_name_each_target() {
+        for k in TargetKind::ALL {
+            assert_eq!(TargetKind::parse(k.as_str()), Some(k));
+        }
+        assert_eq!(TargetKind::parse("sqs"), None);
+        let http = Target::Http {
+            url: "http://h/".into(),
+            timeout_ms: None,
+        };
+        assert_eq!(http.target_kind(), TargetKind::Http);
+        assert_eq!(Target::Log.kind(), "log");
+        // The kind is the target's serialized `type`, which the embedded listing filters on.
+        let json = serde_json::to_value(Target::Handler { name: "n".into() }).unwrap();
+        assert_eq!(json["type"], TargetKind::Handler.as_str());
+    }
 
     /// The whole table: every (status, transition) pair, and what it must give.
     #[test]

@@ -141,32 +141,11 @@ impl CreateTask {
             .target
             .ok_or_else(|| ValidationError::new("target", "required"))?;
         validate_target(&target)?;
-        let size = serde_json::to_vec(&self.payload)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
-        if size > limits.max_payload_bytes {
-            return Err(ValidationError::new(
-                "payload",
-                format!(
-                    "{size} bytes, more than the limit of {}",
-                    limits.max_payload_bytes
-                ),
-            ));
-        }
+        validate_payload(&self.payload, limits)?;
         let max_attempts = self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
-        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&max_attempts) {
-            return Err(ValidationError::new(
-                "max_attempts",
-                format!("must be between 1 and {MAX_ATTEMPTS_LIMIT}"),
-            ));
-        }
+        validate_max_attempts(max_attempts)?;
         let backoff = self.backoff.unwrap_or_default();
-        if backoff.base_ms == 0 || backoff.max_ms < backoff.base_ms {
-            return Err(ValidationError::new(
-                "backoff",
-                "base_ms must be positive and max_ms at least base_ms",
-            ));
-        }
+        validate_backoff(&backoff)?;
         Ok(NewTask {
             task_id,
             due_ms,
@@ -176,6 +155,49 @@ impl CreateTask {
             backoff,
         })
     }
+}
+
+/// Checks a payload's serialized size against [`Limits::max_payload_bytes`] (field `payload`).
+/// Creation and edits both call it, so the two cannot disagree.
+pub fn validate_payload(
+    payload: &serde_json::Value,
+    limits: &Limits,
+) -> Result<(), ValidationError> {
+    let size = serde_json::to_vec(payload)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if size > limits.max_payload_bytes {
+        return Err(ValidationError::new(
+            "payload",
+            format!(
+                "{size} bytes, more than the limit of {}",
+                limits.max_payload_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an attempt limit: 1 to [`MAX_ATTEMPTS_LIMIT`] (field `max_attempts`).
+pub fn validate_max_attempts(max_attempts: u32) -> Result<(), ValidationError> {
+    if !(1..=MAX_ATTEMPTS_LIMIT).contains(&max_attempts) {
+        return Err(ValidationError::new(
+            "max_attempts",
+            format!("must be between 1 and {MAX_ATTEMPTS_LIMIT}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a backoff's shape: `base_ms` positive, `max_ms` at least `base_ms` (field `backoff`).
+pub fn validate_backoff(backoff: &Backoff) -> Result<(), ValidationError> {
+    if backoff.base_ms == 0 || backoff.max_ms < backoff.base_ms {
+        return Err(ValidationError::new(
+            "backoff",
+            "base_ms must be positive and max_ms at least base_ms",
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a client-supplied task id: 1 to 128 characters of `A-Z a-z 0-9 - _ . :`.

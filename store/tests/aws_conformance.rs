@@ -72,3 +72,118 @@ async fn init_is_idempotent() {
         "read back from the redrive policy"
     );
 }
+
+/// `by_status`'s key schema and projection type on `table`, if it has the index.
+async fn status_index_of(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Option<(Vec<(String, String)>, String)> {
+    use punctual_store::aws::names::GSI_BY_STATUS;
+    let out = ddb.describe_table().table_name(table).send().await.unwrap();
+    let gsi = out
+        .table?
+        .global_secondary_indexes?
+        .into_iter()
+        .find(|g| g.index_name() == Some(GSI_BY_STATUS))?;
+    let keys = gsi
+        .key_schema()
+        .iter()
+        .map(|k| {
+            (
+                k.attribute_name().to_owned(),
+                k.key_type().as_str().to_owned(),
+            )
+        })
+        .collect();
+    let projection = gsi.projection()?.projection_type()?.as_str().to_owned();
+    Some((keys, projection))
+}
+
+/// `punctual init` creates `by_status` on a new table, and adds it to a tasks table made
+/// before the index existed (only `by_due`), leaving the rest as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_creates_the_status_index_and_adds_it_to_an_older_table() {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
+        Projection, ProjectionType, ScalarAttributeType,
+    };
+    use punctual_store::aws::names::{DUE_BUCKET, DUE_KEY, GSI_BY_DUE, STATUS_PART, TASK_ID};
+    use punctual_store::aws::{AwsOptions, Clients, InitOptions, ResourceNames};
+    let sdk = aws_support::sdk_config().await;
+    let clients = Clients::new(&sdk, None);
+    let ddb = &clients.dynamodb;
+    let expected = Some((
+        vec![
+            (STATUS_PART.to_owned(), "HASH".to_owned()),
+            (DUE_KEY.to_owned(), "RANGE".to_owned()),
+        ],
+        "KEYS_ONLY".to_owned(),
+    ));
+    let init = |prefix: String| {
+        let clients = clients.clone();
+        async move {
+            punctual_store::aws::init(
+                &clients,
+                &InitOptions {
+                    aws: AwsOptions {
+                        prefix,
+                        ..AwsOptions::default()
+                    },
+                    shard_count: 4,
+                    now_ms: T0,
+                },
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let fresh = aws_support::unique_prefix("sidx");
+    init(fresh.clone()).await;
+    let table = ResourceNames::new(&fresh).tasks_table;
+    assert_eq!(status_index_of(ddb, &table).await, expected);
+
+    let old = aws_support::unique_prefix("sold");
+    let table = ResourceNames::new(&old).tasks_table;
+    let attr = |n: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(n)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .unwrap()
+    };
+    let key = |n: &str, t: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+            .unwrap()
+    };
+    ddb.create_table()
+        .table_name(&table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attr(TASK_ID))
+        .attribute_definitions(attr(DUE_BUCKET))
+        .attribute_definitions(attr(DUE_KEY))
+        .key_schema(key(TASK_ID, KeyType::Hash))
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(GSI_BY_DUE)
+                .key_schema(key(DUE_BUCKET, KeyType::Hash))
+                .key_schema(key(DUE_KEY, KeyType::Range))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::KeysOnly)
+                        .build(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status_index_of(ddb, &table).await, None);
+    init(old.clone()).await;
+    assert_eq!(status_index_of(ddb, &table).await, expected);
+    init(old).await; // and again: nothing to do
+    assert_eq!(status_index_of(ddb, &table).await, expected);
+}

@@ -37,6 +37,8 @@ async fn the_document_lists_every_route_with_its_security() {
         "POST /v1/tasks/{id}/reschedule",
         "POST /v1/tasks/{id}/replay",
         "GET /v1/dlq",
+        "GET /v1/dlq/{id}",
+        "DELETE /v1/dlq/{id}",
         "POST /v1/dlq/{id}/replay",
         "POST /v1/dlq/redrive",
         "GET /v1/shards",
@@ -81,7 +83,7 @@ async fn the_document_lists_every_route_with_its_security() {
 async fn every_route_refuses_a_missing_key_and_a_weak_role() {
     let env = setup();
     let ops = operations();
-    assert!(ops.len() >= 18);
+    assert!(ops.len() >= 20);
     for (method, pattern, uri) in ops {
         let needed = required_role(&method, &pattern);
         let send = |key: Option<&'static str>| {

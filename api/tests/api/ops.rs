@@ -315,6 +315,11 @@ async fn shards_stats_ready_and_metrics() {
     assert_eq!(&due[..3], &[0, 0, 2]);
     assert_eq!(due.iter().sum::<u64>(), 2);
     assert_eq!(body["activity"]["lag_ms_max"], 40);
+    assert_eq!(
+        body["counts"],
+        json!({"SCHEDULED": 3, "DISPATCHED": 0, "RUNNING": 0, "RETRY_WAIT": 0,
+               "SUCCEEDED": 0, "DEAD": 1, "CANCELLED": 0})
+    );
 
     let body = env.get("/readyz").await.ok(200).clone();
     assert_eq!(body["status"], "ready");
@@ -334,4 +339,59 @@ async fn readyz_is_503_when_the_store_is_down() {
     flaky.set(Mode::Unavailable);
     let p = env.get("/readyz").await.problem(503);
     assert!(!p.detail.contains("secret"), "{p:?}");
+}
+
+#[tokio::test]
+async fn stats_say_null_counts_where_the_backend_cannot_count_cheaply() {
+    let (env, flaky) = setup_flaky();
+    env.post("/v1/tasks", req("n-1", "90s")).await.ok(201);
+    let body = env.get("/v1/stats").await.ok(200).clone();
+    assert_eq!(body["counts"]["SCHEDULED"], 1);
+    let mut caps = env.backend.tasks.capabilities();
+    caps.status_counts = false;
+    *flaky.caps.lock().unwrap() = Some(caps);
+    flaky.take_calls();
+    let body = env.get("/v1/stats").await.ok(200).clone();
+    assert!(body["counts"].is_null(), "{body}");
+    assert!(!flaky.take_calls().contains(&"task_counts"));
+}
+
+#[tokio::test]
+async fn a_dead_letter_is_read_and_purged_by_id() {
+    let env = setup();
+    dead_task(&env, "d-1").await;
+    dead_task(&env, "d-2").await;
+    let listed = env.get("/v1/dlq").await.ok(200).clone();
+    let id = listed["letters"][1]["id"].as_str().unwrap().to_owned();
+    let one = env.get(&format!("/v1/dlq/{id}")).await.ok(200).clone();
+    assert_eq!(one, listed["letters"][1]);
+    assert_eq!(one["task_id"], "d-2");
+    // A viewer reads but cannot purge.
+    let uri = format!("/v1/dlq/{id}");
+    env.send_as(Some(VIEWER_KEY), Method::GET, &uri, None, "")
+        .await
+        .ok(200);
+    env.send_as(Some(VIEWER_KEY), Method::DELETE, &uri, None, "")
+        .await
+        .problem(403);
+    let gone = env
+        .send_as(Some(OPERATOR_KEY), Method::DELETE, &uri, None, "")
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(gone, one);
+    env.get(&uri).await.problem(404);
+    env.send(Method::DELETE, &uri, None, "").await.problem(404);
+    // Only that letter went; its task is left as it was.
+    let left = env.get("/v1/dlq").await.ok(200).clone();
+    assert_eq!(left["letters"].as_array().unwrap().len(), 1);
+    assert_eq!(left["letters"][0]["task_id"], "d-1");
+    assert_eq!(env.get("/v1/tasks/d-2").await.ok(200)["status"], "DEAD");
+    for bad in ["999999", "not-a-letter"] {
+        let p = env.get(&format!("/v1/dlq/{bad}")).await.problem(404);
+        assert!(p.detail.contains(bad), "{p:?}");
+        env.send(Method::DELETE, &format!("/v1/dlq/{bad}"), None, "")
+            .await
+            .problem(404);
+    }
 }

@@ -8,9 +8,9 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use punctual_api::{ApiConfig, ApiState, KeyRing, Problem, Role, router};
 use punctual_core::store::{
-    Capabilities, ClaimOutcome, DueBacklog, DueEntry, DueQuery, Page, PutOutcome, TaskCancel,
-    TaskClaim, TaskComplete, TaskListPending, TaskMarkDispatched, TaskPut, TaskPutBatch,
-    TaskReschedule, TaskUpdate,
+    Capabilities, ClaimOutcome, DueBacklog, DueEntry, DueQuery, Page, PutOutcome, StatusCounts,
+    TaskCancel, TaskClaim, TaskComplete, TaskList, TaskListPending, TaskMarkDispatched, TaskPut,
+    TaskPutBatch, TaskReschedule, TaskUpdate,
 };
 use punctual_core::testkit::T0;
 use punctual_core::{Backend, ManualClock, StoreError, StoreResult, Task, TaskStore};
@@ -218,6 +218,8 @@ pub enum Mode {
 pub struct Flaky {
     inner: Arc<dyn TaskStore>,
     pub mode: Mutex<Mode>,
+    /// Capabilities to declare instead of the real store's (to act as another backend).
+    pub caps: Mutex<Option<Capabilities>>,
     pub calls: Mutex<Vec<&'static str>>,
 }
 
@@ -250,6 +252,7 @@ pub fn setup_flaky() -> (Env, Arc<Flaky>) {
     let flaky = Arc::new(Flaky {
         inner: store.clone(),
         mode: Mutex::new(Mode::Pass),
+        caps: Mutex::new(None),
         calls: Mutex::new(Vec::new()),
     });
     let backend = Backend {
@@ -263,7 +266,10 @@ pub fn setup_flaky() -> (Env, Arc<Flaky>) {
 #[async_trait]
 impl TaskStore for Flaky {
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.caps
+            .lock()
+            .unwrap()
+            .unwrap_or_else(|| self.inner.capabilities())
     }
     fn shard_count(&self) -> u32 {
         self.inner.shard_count()
@@ -322,5 +328,13 @@ impl TaskStore for Flaky {
     async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>> {
         self.enter("task_list_pending")?;
         self.inner.task_list_pending(p).await
+    }
+    async fn task_list(&self, p: TaskList) -> StoreResult<Page<Task>> {
+        self.enter("task_list")?;
+        self.inner.task_list(p).await
+    }
+    async fn task_counts(&self) -> StoreResult<StatusCounts> {
+        self.enter("task_counts")?;
+        self.inner.task_counts().await
     }
 }

@@ -23,7 +23,7 @@ use std::pin::Pin;
 use crate::error::{StoreError, StoreResult};
 use crate::keys::{self, MINUTE_MS};
 use crate::store::*;
-use crate::task::{Backoff, NewTask, Task, TaskStatus};
+use crate::task::{ALL_STATUSES, Backoff, NewTask, TargetKind, Task, TaskStatus};
 use crate::testkit::{T0, task};
 
 /// A conformance case.
@@ -70,6 +70,13 @@ cases!(
     update_refuses_running_and_checks_version,
     due_backlog_counts_each_minute_across_shards,
     list_pending_in_due_order_in_pages,
+    list_by_each_status_or_refuses_it_by_capability,
+    list_filters_by_due_window_target_and_id_prefix,
+    list_pages_finished_tasks_across_shards,
+    list_of_nothing_is_an_empty_last_page,
+    replay_takes_a_task_off_its_finished_list,
+    counts_follow_every_status_change,
+    dlq_get_finds_a_letter_by_id,
     queue_send_receive_delete,
     queue_visibility_hides_then_redelivers,
     queue_change_visibility_delays,
@@ -1221,6 +1228,397 @@ async fn list_pending_in_due_order_in_pages(b: Backend) {
     sorted.sort();
     assert_eq!(dues, sorted);
     assert!(all.iter().all(|t| t.status == TaskStatus::Scheduled));
+}
+
+// ---- filtered listing ------------------------------------------------------------------
+
+/// Every page of a listing, followed to its end; checks each page's size and that the whole
+/// is in due order without repeats.
+async fn list_all(b: &Backend, filter: TaskFilter, limit: usize, now_ms: i64) -> Vec<Task> {
+    let mut all: Vec<Task> = Vec::new();
+    let mut after = None;
+    for _ in 0..10_000 {
+        let page = b
+            .tasks
+            .task_list(TaskList {
+                filter: filter.clone(),
+                after_key: after,
+                limit,
+                now_ms,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("listing {filter:?}: {e}"));
+        assert!(page.items.len() <= limit, "page larger than {limit}");
+        all.extend(page.items);
+        match page.next {
+            Some(n) => after = Some(n),
+            None => {
+                let keys: Vec<String> = all.iter().map(Task::due_key).collect();
+                let mut sorted = keys.clone();
+                sorted.sort();
+                sorted.dedup();
+                assert_eq!(keys, sorted, "{filter:?}: in due order, each once");
+                return all;
+            }
+        }
+    }
+    panic!("listing {filter:?} does not end");
+}
+
+fn ids(tasks: &[Task]) -> Vec<String> {
+    tasks.iter().map(|t| t.task_id.clone()).collect()
+}
+
+/// What a listing should return: the tasks as they are now that pass `filter`, in due order.
+async fn expected(b: &Backend, all_ids: &[String], filter: &TaskFilter) -> Vec<String> {
+    let mut tasks = Vec::new();
+    for id in all_ids {
+        let t = get(b, id).await;
+        if filter.matches(&t) {
+            tasks.push(t);
+        }
+    }
+    tasks.sort_by_key(Task::due_key);
+    ids(&tasks)
+}
+
+/// Puts `n` tasks named `{prefix}{i:02}`, due every 20 s from `T0`, with targets cycling
+/// through log, http and handler; returns their ids.
+async fn put_mix(b: &Backend, prefix: &str, n: i64) -> Vec<String> {
+    let tasks: Vec<NewTask> = (0..n)
+        .map(|i| {
+            let t = task().id(format!("{prefix}{i:02}")).due_in(i * 20_000);
+            match i % 3 {
+                0 => t,
+                1 => t.http("http://127.0.0.1:9/hook"),
+                _ => t.handler("h"),
+            }
+            .build()
+        })
+        .collect();
+    let all = tasks.iter().map(|t| t.task_id.clone()).collect();
+    b.tasks
+        .task_put_batch(TaskPutBatch { tasks, now_ms: T0 })
+        .await
+        .unwrap();
+    all
+}
+
+/// Ends a claimed task `DEAD`.
+async fn kill(b: &Backend, id: &str, now_ms: i64) -> Task {
+    let t = claimed(b, id, 1, now_ms).await;
+    complete(
+        b,
+        &t,
+        Completion::Dead {
+            error: "boom".into(),
+        },
+        now_ms,
+    )
+    .await
+    .unwrap()
+}
+
+async fn cancel_task(b: &Backend, id: &str, now_ms: i64) -> Task {
+    b.tasks
+        .task_cancel(TaskCancel {
+            task_id: id.into(),
+            expected_version: None,
+            now_ms,
+        })
+        .await
+        .unwrap()
+}
+
+fn by_status(status: TaskStatus) -> TaskFilter {
+    TaskFilter {
+        status: Some(status),
+        ..TaskFilter::default()
+    }
+}
+
+async fn list_by_each_status_or_refuses_it_by_capability(b: Backend) {
+    let all = put_mix(&b, "st-", 14).await;
+    // 0, 1 stay SCHEDULED; 2 DISPATCHED; 3 RUNNING; 4 SUCCEEDED; 5, 6 DEAD; 7, 8 CANCELLED;
+    // 9 RETRY_WAIT back in the due index; the rest SCHEDULED.
+    let now = T0 + 1_000;
+    b.tasks
+        .task_mark_dispatched(TaskMarkDispatched {
+            tasks: vec![("st-02".into(), 1)],
+            now_ms: now,
+        })
+        .await
+        .unwrap();
+    claimed(&b, "st-03", 1, now).await;
+    let t = claimed(&b, "st-04", 1, now).await;
+    complete(&b, &t, Completion::Succeeded, now).await.unwrap();
+    kill(&b, "st-05", now).await;
+    kill(&b, "st-06", now).await;
+    cancel_task(&b, "st-07", now).await;
+    cancel_task(&b, "st-08", now).await;
+    let t = claimed(&b, "st-09", 1, now).await;
+    let retry = Completion::Retry {
+        next_due_ms: T0 + 300_000,
+        error: "again".into(),
+        reindex: true,
+    };
+    complete(&b, &t, retry, now).await.unwrap();
+    let caps = b.tasks.capabilities();
+    for status in ALL_STATUSES {
+        let filter = by_status(status);
+        if !caps.can_list(status) {
+            match b
+                .tasks
+                .task_list(TaskList {
+                    filter,
+                    after_key: None,
+                    limit: 10,
+                    now_ms: now,
+                })
+                .await
+            {
+                Err(StoreError::Invalid { field, .. }) => assert_eq!(field, "status"),
+                other => panic!("listing {status} should be refused: {other:?}"),
+            }
+            println!("conformance: skipped listing {status}: the backend cannot list it");
+            continue;
+        }
+        let want = expected(&b, &all, &filter).await;
+        assert!(!want.is_empty(), "the fixture has {status} tasks");
+        assert_eq!(ids(&list_all(&b, filter, 4, now).await), want, "{status}");
+    }
+    // No status: what waits in the due index, the retry included.
+    let waiting = list_all(&b, TaskFilter::default(), 4, now).await;
+    assert_eq!(
+        ids(&waiting),
+        expected(&b, &all, &TaskFilter::default()).await
+    );
+    assert!(ids(&waiting).contains(&"st-09".to_owned()));
+}
+
+async fn list_filters_by_due_window_target_and_id_prefix(b: Backend) {
+    let mut all = put_mix(&b, "fa-", 12).await;
+    all.extend(put_mix(&b, "fb-", 12).await);
+    let now = T0 + 1_000;
+    let dead = b.tasks.capabilities().can_list(TaskStatus::Dead);
+    for id in [
+        "fa-01", "fa-04", "fa-05", "fa-09", "fb-01", "fb-03", "fb-07",
+    ] {
+        kill(&b, id, now).await;
+    }
+    let window = (Some(T0 + 60_000), Some(T0 + 160_000));
+    let statuses = if dead {
+        vec![None, Some(TaskStatus::Dead)]
+    } else {
+        vec![None]
+    };
+    for status in statuses {
+        let mut filters = Vec::new();
+        for (due_from_ms, due_to_ms) in [(None, None), (window.0, None), (None, window.1), window] {
+            for target_kind in [None, Some(TargetKind::Http), Some(TargetKind::Log)] {
+                for id_prefix in [None, Some("fb-".to_owned()), Some("fa-0".to_owned())] {
+                    filters.push(TaskFilter {
+                        status,
+                        due_from_ms,
+                        due_to_ms,
+                        target_kind,
+                        id_prefix,
+                    });
+                }
+            }
+        }
+        for filter in filters {
+            let want = expected(&b, &all, &filter).await;
+            let got = list_all(&b, filter.clone(), 5, now).await;
+            assert_eq!(ids(&got), want, "{filter:?}");
+        }
+    }
+    // Every field at once, exactly: the window's bounds are inclusive, then exclusive.
+    let exact = TaskFilter {
+        status: None,
+        due_from_ms: Some(T0 + 40_000),
+        due_to_ms: Some(T0 + 140_000),
+        target_kind: Some(TargetKind::Handler),
+        id_prefix: Some("fa-".into()),
+    };
+    assert_eq!(ids(&list_all(&b, exact, 10, now).await), vec!["fa-02"]);
+}
+
+async fn list_pages_finished_tasks_across_shards(b: Backend) {
+    let all = put_mix(&b, "pg-", 25).await;
+    let now = T0 + 2_000;
+    let caps = b.tasks.capabilities();
+    for (i, id) in all.iter().enumerate() {
+        if i % 5 == 0 {
+            continue; // stays waiting
+        }
+        if i % 2 == 0 {
+            kill(&b, id, now).await;
+        } else {
+            cancel_task(&b, id, now).await;
+        }
+    }
+    for status in [TaskStatus::Dead, TaskStatus::Cancelled] {
+        if !caps.can_list(status) {
+            println!("conformance: skipped paging {status}: the backend cannot list it");
+            continue;
+        }
+        let want = expected(&b, &all, &by_status(status)).await;
+        assert_eq!(want.len(), 10, "{status}");
+        let shards: std::collections::HashSet<u32> = {
+            let mut s = std::collections::HashSet::new();
+            for id in &want {
+                s.insert(get(&b, id).await.shard);
+            }
+            s
+        };
+        assert!(shards.len() > 1, "the fixture spreads {status} over shards");
+        for limit in [1, 3, 10, 50] {
+            let got = list_all(&b, by_status(status), limit, now).await;
+            assert_eq!(ids(&got), want, "{status} in pages of {limit}");
+        }
+    }
+}
+
+async fn list_of_nothing_is_an_empty_last_page(b: Backend) {
+    let caps = b.tasks.capabilities();
+    let mut filters = vec![TaskFilter::default()];
+    filters.extend(caps.list_statuses.iter().map(|s| by_status(*s)));
+    // Nothing stored yet.
+    for f in &filters {
+        assert!(list_all(&b, f.clone(), 10, T0).await.is_empty(), "{f:?}");
+    }
+    put_mix(&b, "em-", 6).await;
+    kill(&b, "em-01", T0).await;
+    cancel_task(&b, "em-02", T0).await;
+    // Stored, but none matches.
+    for f in filters {
+        let none = TaskFilter {
+            id_prefix: Some("zz".into()),
+            ..f.clone()
+        };
+        assert!(list_all(&b, none, 10, T0).await.is_empty(), "{f:?}");
+        let before = TaskFilter {
+            due_to_ms: Some(T0 - 3_600_000),
+            ..f.clone()
+        };
+        assert!(list_all(&b, before, 10, T0).await.is_empty(), "{f:?}");
+        let handler_after = TaskFilter {
+            due_from_ms: Some(T0 + 101_000),
+            target_kind: Some(TargetKind::Handler),
+            ..f
+        };
+        assert!(list_all(&b, handler_after, 10, T0).await.is_empty());
+    }
+}
+
+async fn replay_takes_a_task_off_its_finished_list(b: Backend) {
+    put_mix(&b, "rp-", 3).await;
+    let dead = kill(&b, "rp-00", T0).await;
+    let gone = cancel_task(&b, "rp-01", T0).await;
+    for (t, status) in [(dead, TaskStatus::Dead), (gone, TaskStatus::Cancelled)] {
+        if !b.tasks.capabilities().can_list(status) {
+            println!("conformance: skipped replay listing {status}: the backend cannot list it");
+            continue;
+        }
+        assert_eq!(
+            ids(&list_all(&b, by_status(status), 10, T0).await),
+            vec![t.task_id.clone()]
+        );
+        b.tasks
+            .task_reschedule(TaskReschedule {
+                task_id: t.task_id.clone(),
+                due_ms: T0 + 5_000,
+                expected_version: Some(t.version),
+                reset_attempts: true,
+                now_ms: T0 + 1,
+            })
+            .await
+            .unwrap();
+        assert!(list_all(&b, by_status(status), 10, T0 + 1).await.is_empty());
+        let waiting = ids(&list_all(&b, TaskFilter::default(), 10, T0 + 1).await);
+        assert!(waiting.contains(&t.task_id), "{waiting:?}");
+    }
+    // Dead again after the replay: back on the list.
+    if b.tasks.capabilities().can_list(TaskStatus::Dead) {
+        let t = claimed(&b, "rp-00", 2, T0 + 10_000).await;
+        complete(&b, &t, Completion::Dead { error: "x".into() }, T0 + 10_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            ids(&list_all(&b, by_status(TaskStatus::Dead), 10, T0 + 10_000).await),
+            vec!["rp-00"]
+        );
+    }
+}
+
+async fn counts_follow_every_status_change(b: Backend) {
+    if !b.tasks.capabilities().status_counts {
+        println!("conformance: skipped counts: the backend cannot count by status cheaply");
+        return;
+    }
+    let all = put_mix(&b, "ct-", 8).await;
+    b.tasks
+        .task_mark_dispatched(TaskMarkDispatched {
+            tasks: vec![("ct-00".into(), 1)],
+            now_ms: T0,
+        })
+        .await
+        .unwrap();
+    claimed(&b, "ct-01", 1, T0).await;
+    kill(&b, "ct-02", T0).await;
+    cancel_task(&b, "ct-03", T0).await;
+    let t = claimed(&b, "ct-04", 1, T0).await;
+    complete(&b, &t, Completion::Succeeded, T0).await.unwrap();
+    // An existing id is not counted twice.
+    b.tasks
+        .task_put(TaskPut {
+            task: task().id("ct-05").build(),
+            now_ms: T0,
+        })
+        .await
+        .unwrap();
+    let mut want = StatusCounts::default();
+    for id in &all {
+        *want.slot(get(&b, id).await.status) += 1;
+    }
+    assert_eq!(want.scheduled, 3);
+    assert_eq!(b.tasks.task_counts().await.unwrap(), want);
+}
+
+async fn dlq_get_finds_a_letter_by_id(b: Backend) {
+    send(&b, vec![msg("dg1", 1), msg("dg2", 1)], T0).await;
+    for m in receive(&b, 10, 30_000, T0).await {
+        b.queue
+            .queue_dead_letter(QueueDeadLetter {
+                receipt: m.receipt,
+                message: m.message,
+                reason: "dead".into(),
+                now_ms: T0,
+            })
+            .await
+            .unwrap();
+    }
+    let listed = b
+        .queue
+        .dlq_list(DlqList {
+            after: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 2);
+    for l in &listed.items {
+        let got = b.queue.dlq_get(&l.id).await.unwrap();
+        assert_eq!(got.as_ref(), Some(l));
+    }
+    b.queue
+        .dlq_delete(std::slice::from_ref(&listed.items[0].id))
+        .await
+        .unwrap();
+    assert_eq!(b.queue.dlq_get(&listed.items[0].id).await.unwrap(), None);
+    assert_eq!(b.queue.dlq_get("no-such-letter").await.unwrap(), None);
+    assert_eq!(b.queue.dlq_get("12345").await.unwrap(), None);
 }
 
 // ---- queue ----------------------------------------------------------------------------

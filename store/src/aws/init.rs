@@ -1,4 +1,4 @@
-//! `punctual init`: creates the tables, the GSI, TTL, the queues and the meta item,
+//! `punctual init`: creates the tables, the GSIs, TTL, the queues and the meta item,
 //! idempotently, on whatever endpoint the SDK configuration points at (an AWS account,
 //! LocalStack, moto).
 //!
@@ -10,8 +10,9 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
+    GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TableStatus, TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use punctual_core::StoreError;
@@ -54,6 +55,7 @@ pub async fn init(clients: &Clients, opts: &InitOptions) -> StoreResult<Meta> {
     create_leases_table(ddb, &names.leases_table).await?;
     wait_active(ddb, &names.tasks_table).await?;
     wait_active(ddb, &names.leases_table).await?;
+    add_status_index(ddb, &names.tasks_table).await?;
     enable_ttl(ddb, &names.tasks_table).await?;
     create_queues(&clients.sqs, &names, opts.aws.max_receive_count).await?;
     let minute = keys::minute_of(opts.now_ms);
@@ -184,11 +186,87 @@ async fn create_tasks_table(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Stor
         .attribute_definitions(attr(TASK_ID)?)
         .attribute_definitions(attr(DUE_BUCKET)?)
         .attribute_definitions(attr(DUE_KEY)?)
+        .attribute_definitions(attr(STATUS_PART)?)
         .key_schema(key(TASK_ID, KeyType::Hash)?)
         .global_secondary_indexes(gsi)
+        .global_secondary_indexes(status_index()?)
         .send()
         .await;
     tolerate_exists(r.map(|_| ()), "CreateTable tasks")
+}
+
+/// The sparse `by_status` index: `status_part` + `due_key`, keys only.
+fn status_index() -> StoreResult<GlobalSecondaryIndex> {
+    GlobalSecondaryIndex::builder()
+        .index_name(GSI_BY_STATUS)
+        .key_schema(key(STATUS_PART, KeyType::Hash)?)
+        .key_schema(key(DUE_KEY, KeyType::Range)?)
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::KeysOnly)
+                .build(),
+        )
+        .build()
+        .map_err(build_err)
+}
+
+/// Adds `by_status` to a tasks table made before it existed, and waits until DynamoDB has
+/// filled it. Tasks that were already `DEAD` or `CANCELLED` then carry no `status_part`, so
+/// they are not listed by status until they change again (a replay, or their expiry); new
+/// ones are. Nothing to do on a table that has it.
+async fn add_status_index(ddb: &aws_sdk_dynamodb::Client, table: &str) -> StoreResult<()> {
+    let has = |out: &aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput| {
+        out.table
+            .as_ref()
+            .and_then(|t| t.global_secondary_indexes.as_ref())
+            .and_then(|gs| gs.iter().find(|g| g.index_name() == Some(GSI_BY_STATUS)))
+            .map(|g| g.index_status().cloned())
+    };
+    let out = ddb
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .map_err(|e| map_sdk("DescribeTable", e))?;
+    if has(&out).is_none() {
+        let index = status_index()?;
+        let create = CreateGlobalSecondaryIndexAction::builder()
+            .index_name(GSI_BY_STATUS)
+            .set_key_schema(Some(index.key_schema().to_vec()))
+            .set_projection(index.projection().cloned())
+            .build()
+            .map_err(build_err)?;
+        let r = ddb
+            .update_table()
+            .table_name(table)
+            .attribute_definitions(attr(STATUS_PART)?)
+            .attribute_definitions(attr(DUE_KEY)?)
+            .global_secondary_index_updates(
+                GlobalSecondaryIndexUpdate::builder().create(create).build(),
+            )
+            .send()
+            .await;
+        tolerate_exists(r.map(|_| ()), "UpdateTable add by_status")?;
+    }
+    for _ in 0..1_200 {
+        let out = ddb
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| map_sdk("DescribeTable", e))?;
+        match has(&out) {
+            // moto reports no index status; AWS reports CREATING, then ACTIVE.
+            Some(None | Some(IndexStatus::Active)) => return Ok(()),
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    Err(StoreError::Unavailable {
+        message: format!(
+            "index {GSI_BY_STATUS} of {table} did not become ACTIVE within 10 minutes"
+        ),
+        source: None,
+    })
 }
 
 async fn create_leases_table(ddb: &aws_sdk_dynamodb::Client, table: &str) -> StoreResult<()> {

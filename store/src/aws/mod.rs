@@ -26,6 +26,10 @@
 //! (1 WRU), 1/10 `DeleteMessageBatch`: 6 WRU. Polls are `Query`s of one shard-minute
 //! (0.5 RRU per 4 KB returned, at least 0.5 per call).
 //!
+//! The sparse `by_status` GSI (see [`names`] and `list.rs`) adds nothing to that path: only a
+//! task's unhappy end (`DEAD`, `CANCELLED`) writes it, so an operator can list those without a
+//! Scan; `DISPATCHED`, `RUNNING` and `SUCCEEDED` are not listable here (a capability says so).
+//!
 //! **No Scan.** Nothing here calls `Scan`; `store/tests/aws_no_scan.rs` fails if a `.scan()`
 //! call appears under `store/src/aws/` outside a function it names. Listing waiting tasks queries the GSI
 //! bucket by bucket (see [`AwsStore`]'s `task_list_pending`), listing leases is one `Query`
@@ -42,6 +46,7 @@ pub mod queue;
 
 mod item;
 mod leases;
+mod list;
 mod tasks;
 
 use std::collections::HashMap;

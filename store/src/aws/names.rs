@@ -10,6 +10,9 @@
 //!                  GSI by_due: due_bucket (S, hash) + due_key (S, range),
 //!                              projection INCLUDE version, shard, due_ms
 //!                              (sparse: only items that have `due_bucket` are in it)
+//!                  GSI by_status: status_part (S, hash) + due_key (S, range), projection KEYS_ONLY
+//!                              (sparse: only DEAD and CANCELLED tasks carry `status_part`,
+//!                              so the common path, created → fired → succeeded, never writes it)
 //! {prefix}leases   DynamoDB, on demand
 //!                  key: pk (S, hash) + sk (S, range)
 //!                  pk = "lease", sk = "{shard:05}"  one item per shard (a Query lists them)
@@ -32,6 +35,14 @@ pub const DLQ_SUFFIX: &str = "dlq";
 
 /// The sparse due index of the tasks table.
 pub const GSI_BY_DUE: &str = "by_due";
+
+/// The sparse status index of the tasks table: the finished tasks an operator acts on
+/// (DEAD and CANCELLED), listed by status without a Scan.
+pub const GSI_BY_STATUS: &str = "by_status";
+/// Tasks table: `by_status`'s partition key, `"{STATUS}#{shard:05}"`; present only while the
+/// task is DEAD or CANCELLED (sparse). Spread over shards like `due_bucket`, so no partition
+/// takes every write of one status.
+pub const STATUS_PART: &str = "status_part";
 
 /// Tasks table: partition key.
 pub const TASK_ID: &str = "task_id";

@@ -8,7 +8,7 @@
 //! | `queue_delete` | `DeleteMessageBatch`, 10 per call; unknown receipts are ignored |
 //! | `queue_change_visibility` | `ChangeMessageVisibility` (whole seconds, rounded up) |
 //! | `queue_dead_letter` | `SendMessage` to the DLQ with `reason`/`dead_ms` attributes, then `DeleteMessage` |
-//! | `dlq_list`, `dlq_delete` | receive the DLQ (see below) |
+//! | `dlq_list`, `dlq_get`, `dlq_delete` | receive the DLQ (see below) |
 //! | `queue_depth` | `GetQueueAttributes` on both queues |
 //!
 //! The redrive backstop is SQS's own: a message received more than `maxReceiveCount` times
@@ -22,7 +22,9 @@
 //! once (`ChangeMessageVisibilityBatch` to 0). While a listing runs, the letters are hidden
 //! from another listing for at most a few seconds; each listing raises the letters' receive
 //! count (harmless: the DLQ has no redrive policy). `dlq_delete` receives the same way and
-//! deletes the letters whose message id it was given. Fine for an operator's console over a
+//! deletes the letters whose message id it was given; `dlq_get` (one letter by id, for
+//! replay-one and purge) receives the same way and keeps the one asked for: SQS has no read
+//! by message id, so it costs one bounded walk (at most [`DLQ_LIST_MAX`] letters). Fine for an operator's console over a
 //! DLQ of thousands; for a huge DLQ, drain it with a consumer instead.
 
 use std::collections::HashSet;
@@ -397,6 +399,20 @@ impl ReadyQueue for AwsStore {
             None
         };
         Ok(Page { items, next })
+    }
+
+    async fn dlq_get(&self, id: &str) -> StoreResult<Option<DeadLetter>> {
+        // SQS cannot read one message by id: receive the DLQ as a listing does (at most
+        // DLQ_LIST_MAX letters, hidden a few seconds), keep the one asked for, and make them
+        // all visible again. One walk, bounded, instead of the caller paging through lists.
+        let peeked = self.dlq_peek().await?;
+        let refs: Vec<&Message> = peeked.iter().collect();
+        self.dlq_unhide(&refs).await?;
+        peeked
+            .iter()
+            .find(|m| m.message_id() == Some(id))
+            .map(letter)
+            .transpose()
     }
 
     async fn dlq_delete(&self, ids: &[String]) -> StoreResult<()> {

@@ -10,6 +10,8 @@
 //! | `task_cancel`, `task_reschedule`, `task_update` | `GetItem`, then `UpdateItem` conditional on the read version and status |
 //! | `due_backlog` | one `Query` with `Select = COUNT` on `by_due` per shard-minute, in parallel |
 //! | `task_list_pending` | `Query`s on `by_due`, minute by minute across shards, then `BatchGetItem` |
+//! | `task_list` | as `task_list_pending` for waiting tasks; for `DEAD`/`CANCELLED` one `Query` per shard on `by_status`, then `BatchGetItem` (see `list.rs`) |
+//! | `task_cancel`, a `DEAD` completion or exhausted claim | also set `status_part` (into `by_status`); `task_reschedule` removes it |
 //!
 //! **Listing without Scan.** `task_list_pending` walks the bucket minutes from the oldest
 //! watermark of any shard (or the store's creation minute) to the meta item's
@@ -29,15 +31,22 @@ use punctual_core::error::StoreResult;
 use punctual_core::keys;
 use punctual_core::store::{
     Capabilities, ClaimOutcome, Completion, DueBacklog, DueEntry, DueQuery, Page, PutOutcome,
-    TaskCancel, TaskClaim, TaskComplete, TaskListPending, TaskMarkDispatched, TaskPut,
-    TaskPutBatch, TaskReschedule, TaskUpdate,
+    TaskCancel, TaskClaim, TaskComplete, TaskFilter, TaskList, TaskListPending, TaskMarkDispatched,
+    TaskPut, TaskPutBatch, TaskReschedule, TaskUpdate,
 };
 use punctual_core::task::{NewTask, Task, TaskStatus, Transition};
-use punctual_core::{LeaseStore, StoreError, TaskStore};
+use punctual_core::{StoreError, TaskStore};
 
 use super::item::{Item, get_n, get_s, task_from_item, task_to_item, to_json};
+use super::list::status_part;
 use super::names::*;
 use super::{AwsStore, Ex, build_err, fan_out, map_sdk, num, s};
+
+/// The statuses `task_list` serves through an index: the waiting ones through `by_due`,
+/// the finished ones an operator acts on through `by_status`. `DISPATCHED`, `RUNNING` and
+/// `SUCCEEDED` are in neither (indexing them would add index writes to every task's
+/// successful path), so listing them would need a Scan.
+pub const LISTABLE_STATUSES: &[TaskStatus] = punctual_core::store::LIST_INDEXED_STATUSES;
 
 const SCH: &str = "SCHEDULED";
 const DIS: &str = "DISPATCHED";
@@ -45,7 +54,7 @@ const RUN: &str = "RUNNING";
 const RW: &str = "RETRY_WAIT";
 
 impl AwsStore {
-    fn ddb(&self) -> &aws_sdk_dynamodb::Client {
+    pub(super) fn ddb(&self) -> &aws_sdk_dynamodb::Client {
         &self.clients.dynamodb
     }
 
@@ -182,9 +191,12 @@ impl AwsStore {
         }
         let mut ex = Ex::default();
         let update = format!(
-            "SET {st} = {dead}, {le} = {err}, {up} = {now}, {exp} = {expv} REMOVE {ru}, {db}",
+            "SET {st} = {dead}, {le} = {err}, {up} = {now}, {exp} = {expv}, {sp} = {spv} \
+             REMOVE {ru}, {db}",
             st = ex.n(STATUS),
             dead = ex.v("dead", s("DEAD")),
+            sp = ex.n(STATUS_PART),
+            spv = ex.v("sp", s(status_part(TaskStatus::Dead, task.shard))),
             le = ex.n(LAST_ERROR),
             err = ex.v(
                 "err",
@@ -333,7 +345,7 @@ impl AwsStore {
     }
 
     /// Reads tasks by id (strongly consistent), in no particular order.
-    async fn batch_get(&self, ids: Vec<String>) -> StoreResult<Vec<Task>> {
+    pub(super) async fn batch_get(&self, ids: Vec<String>) -> StoreResult<Vec<Task>> {
         let mut tasks = Vec::new();
         for chunk in ids.chunks(100) {
             let keys: Vec<Item> = chunk
@@ -370,7 +382,7 @@ impl AwsStore {
     }
 }
 
-fn due_entry(item: &Item) -> StoreResult<DueEntry> {
+pub(super) fn due_entry(item: &Item) -> StoreResult<DueEntry> {
     Ok(DueEntry {
         task_id: get_s(item, TASK_ID)?.to_owned(),
         version: get_n(item, VERSION)?,
@@ -381,7 +393,7 @@ fn due_entry(item: &Item) -> StoreResult<DueEntry> {
 }
 
 /// Parses a list cursor `"{minute}|{due_key}"`, or a bare `due_key` (its due minute).
-fn parse_cursor(c: &str) -> StoreResult<(i64, String)> {
+pub(super) fn parse_cursor(c: &str) -> StoreResult<(i64, String)> {
     let bad = || StoreError::invalid("after_key", "not a cursor of this store");
     if let Some((m, k)) = c.split_once('|') {
         return Ok((m.parse().map_err(|_| bad())?, k.to_owned()));
@@ -396,6 +408,8 @@ impl TaskStore for AwsStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             multi_process: true,
+            list_statuses: LISTABLE_STATUSES,
+            status_counts: false,
         }
     }
 
@@ -582,6 +596,13 @@ impl TaskStore for AwsStore {
             }
             Completion::Dead { error } => {
                 sets.push(format!("{} = {}", ex.n(LAST_ERROR), ex.v("err", s(error))));
+                // Into `by_status`: only a task's unhappy end writes that index.
+                let shard = keys::shard_of(&p.task_id, self.shard_count);
+                sets.push(format!(
+                    "{} = {}",
+                    ex.n(STATUS_PART),
+                    ex.v("sp", s(status_part(TaskStatus::Dead, shard)))
+                ));
                 sets.push(format!(
                     "{} = {}",
                     ex.n(EXPIRES_AT),
@@ -636,9 +657,12 @@ impl TaskStore for AwsStore {
         let mut ex = Ex::default();
         let condition = Self::as_read(&mut ex, &task);
         let update = format!(
-            "SET {st} = {next}, {v} = {nv}, {up} = {now}, {exp} = {expv} REMOVE {db}, {ru}",
+            "SET {st} = {next}, {v} = {nv}, {up} = {now}, {exp} = {expv}, {sp} = {spv} \
+             REMOVE {db}, {ru}",
             st = ex.n(STATUS),
             next = ex.v("next", s(next.as_str())),
+            sp = ex.n(STATUS_PART),
+            spv = ex.v("sp", s(status_part(next, task.shard))),
             v = ex.n(VERSION),
             nv = ex.v("nv", num(task.version + 1)),
             up = ex.n(UPDATED_MS),
@@ -677,7 +701,13 @@ impl TaskStore for AwsStore {
         if p.reset_attempts {
             update += &format!(", {} = {}", ex.n(ATTEMPT), ex.v("zero", num(0)));
         }
-        update += &format!(" REMOVE {}, {}", ex.n(RUNNING_UNTIL), ex.n(EXPIRES_AT));
+        // Out of `by_status` if it was there (a replay of a DEAD or CANCELLED task).
+        update += &format!(
+            " REMOVE {}, {}, {}",
+            ex.n(RUNNING_UNTIL),
+            ex.n(EXPIRES_AT),
+            ex.n(STATUS_PART)
+        );
         if p.reset_attempts {
             update += &format!(", {}", ex.n(LAST_ERROR));
         }
@@ -787,83 +817,45 @@ impl TaskStore for AwsStore {
     }
 
     async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>> {
-        let limit = p.limit.max(1);
-        let (mut minute, mut after) = match p.after_key.as_deref() {
-            Some(c) => {
-                let (m, k) = parse_cursor(c)?;
-                (m, Some(k))
+        self.list_waiting(TaskList {
+            filter: TaskFilter::default(),
+            after_key: p.after_key,
+            limit: p.limit,
+            now_ms: 0,
+        })
+        .await
+    }
+
+    async fn task_list(&self, p: TaskList) -> StoreResult<Page<Task>> {
+        match p.filter.status {
+            None | Some(TaskStatus::Scheduled | TaskStatus::RetryWait) => {
+                self.list_waiting(p).await
             }
-            None => {
-                // No pending task is older than its shard's watermark; a shard never leased
-                // starts at the store's creation.
-                let leases = self.lease_list().await?;
-                let oldest = if leases.len() < self.shard_count as usize {
-                    self.created_minute
-                } else {
-                    leases
-                        .iter()
-                        .map(|l| l.watermark_minute)
-                        .min()
-                        .unwrap_or(self.created_minute)
-                };
-                (oldest, None)
+            Some(status @ (TaskStatus::Dead | TaskStatus::Cancelled)) => {
+                self.list_finished(status, p).await
             }
-        };
-        let last = self.max_due_minute.load(Ordering::Relaxed).max(
-            super::init::read_meta(self.ddb(), &self.names)
-                .await?
-                .map(|m| m.max_due_minute)
-                .unwrap_or(minute),
-        );
-        let mut queries = 0;
-        let mut found: Vec<(i64, DueEntry)> = Vec::new();
-        while minute <= last && found.len() < limit {
-            let mut this_minute = Vec::new();
-            for shard in 0..self.shard_count {
-                let bucket = keys::due_bucket(shard, minute);
-                let items = self
-                    .query_bucket(&bucket, after.as_deref(), None, limit - found.len())
-                    .await?;
-                queries += 1;
-                for item in &items {
-                    this_minute.push(due_entry(item)?);
-                }
-            }
-            this_minute.sort_by(|a, b| a.due_key.cmp(&b.due_key));
-            this_minute.truncate(limit - found.len());
-            let full = found.len() + this_minute.len() >= limit;
-            found.extend(this_minute.into_iter().map(|e| (minute, e)));
-            if full {
-                break;
-            }
-            minute += 1;
-            after = None;
-            if queries >= self.opts.list_max_queries {
-                // Out of budget for this page: hand back what we have and where to go on.
-                let ids = found.iter().map(|(_, e)| e.task_id.clone()).collect();
-                let tasks = self.ordered(ids, &found).await?;
-                let next = (minute <= last).then(|| format!("{minute}|"));
-                return Ok(Page { items: tasks, next });
-            }
+            Some(status) => Err(StoreError::invalid(
+                "status",
+                format!(
+                    "the aws backend cannot list {status} tasks: no index holds them (listing them would Scan the table)"
+                ),
+            )),
         }
-        let next = match found.last() {
-            Some((m, e)) if found.len() >= limit => Some(format!("{m}|{}", e.due_key)),
-            _ => None,
-        };
-        let ids = found.iter().map(|(_, e)| e.task_id.clone()).collect();
-        let items = self.ordered(ids, &found).await?;
-        Ok(Page { items, next })
     }
 }
 
 impl AwsStore {
     /// A handle that can move into spawned requests.
-    fn clone_handle(&self) -> std::sync::Arc<AwsStore> {
+    pub(super) fn clone_handle(&self) -> std::sync::Arc<AwsStore> {
         std::sync::Arc::new(self.clone())
     }
 
     /// Reads the listed tasks and returns those still waiting, in the listing's order.
-    async fn ordered(&self, ids: Vec<String>, order: &[(i64, DueEntry)]) -> StoreResult<Vec<Task>> {
+    pub(super) async fn ordered(
+        &self,
+        ids: Vec<String>,
+        order: &[(i64, DueEntry)],
+    ) -> StoreResult<Vec<Task>> {
         let mut by_id: std::collections::HashMap<String, Task> = self
             .batch_get(ids)
             .await?

@@ -108,6 +108,21 @@ pub(crate) fn map_sqlite(e: rusqlite::Error) -> StoreError {
     }
 }
 
+/// Whether `e` is SQLite's busy or locked answer (another connection holds the lock).
+pub(crate) fn is_busy(e: &StoreError) -> bool {
+    let StoreError::Unavailable {
+        source: Some(source),
+        ..
+    } = e
+    else {
+        return false;
+    };
+    source
+        .downcast_ref::<rusqlite::Error>()
+        .and_then(rusqlite::Error::sqlite_error_code)
+        .is_some_and(|c| matches!(c, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+}
+
 /// An `Unavailable` error without a source.
 pub(crate) fn unavailable(message: impl Into<String>) -> StoreError {
     StoreError::Unavailable {

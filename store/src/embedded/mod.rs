@@ -81,14 +81,19 @@ mod tasks;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use punctual_core::error::StoreResult;
 use punctual_core::keys::MAX_SHARDS;
 use punctual_core::{StoreError, keys};
-use rusqlite::TransactionBehavior;
+use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::Notify;
 
 use db::{ReadPool, Role, Writer, map_sqlite};
+use schema::Meta;
+
+/// How long opening retries while another process sets the same file up.
+const OPEN_RETRY_FOR: Duration = Duration::from_secs(10);
 pub use queue::MAX_RECEIVE_REASON;
 
 /// Default number of shards of a new store.
@@ -181,14 +186,19 @@ impl EmbeddedStore {
     /// at startup or from a blocking thread.
     pub fn open(path: &Path, opts: EmbeddedOptions) -> StoreResult<Arc<EmbeddedStore>> {
         opts.validate()?;
-        let mut conn = db::open_connection(path, Role::Writer).map_err(map_sqlite)?;
-        let meta = {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(map_sqlite)?;
-            let meta = schema::init(&tx, opts.shard_count, opts.now_ms)?;
-            tx.commit().map_err(map_sqlite)?;
-            meta
+        // Two processes opening a new file at once (`punctual serve` and `punctual poller`
+        // started together) race on switching it to WAL and creating the layout; SQLite
+        // answers some of those steps SQLITE_BUSY at once, without its busy handler. Retry
+        // the whole opening on busy for a bounded time: the other process's setup is short.
+        let started = std::time::Instant::now();
+        let (conn, meta) = loop {
+            match Self::open_writer(path, &opts) {
+                Err(e) if db::is_busy(&e) && started.elapsed() < OPEN_RETRY_FOR => {
+                    tracing::debug!(error = %e, "store busy while opening; retrying");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other?,
+            }
         };
         if meta.shard_count != opts.shard_count {
             tracing::info!(
@@ -215,6 +225,18 @@ impl EmbeddedStore {
             max_receive_count: opts.max_receive_count,
             queue_notify: Notify::new(),
         }))
+    }
+
+    /// Opens the writer connection and creates or reads the layout, in one immediate
+    /// transaction.
+    fn open_writer(path: &Path, opts: &EmbeddedOptions) -> StoreResult<(Connection, Meta)> {
+        let mut conn = db::open_connection(path, Role::Writer).map_err(map_sqlite)?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(map_sqlite)?;
+        let meta = schema::init(&tx, opts.shard_count, opts.now_ms)?;
+        tx.commit().map_err(map_sqlite)?;
+        Ok((conn, meta))
     }
 
     /// The file this store lives in.

@@ -9,7 +9,7 @@ use punctual_core::store::{
     QueueSend, QueueVisibility, ReceivedMessage,
 };
 use punctual_core::{ReadyQueue, StoreError};
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::EmbeddedStore;
 use super::db::DbResult;
@@ -310,6 +310,36 @@ impl ReadyQueue for EmbeddedStore {
                     None
                 };
                 Ok(Page { items, next })
+            })
+            .await
+    }
+
+    async fn dlq_get(&self, id: &str) -> StoreResult<Option<DeadLetter>> {
+        // A string that is no letter id of this DLQ names no letter: `None`, not an error.
+        let Ok(id) = parse_letter_id(id, "id") else {
+            return Ok(None);
+        };
+        self.readers
+            .run(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT id, task_id, version, shard, due_ms, reason, dead_ms FROM dlq
+                     WHERE id = ?1",
+                )?;
+                Ok(stmt
+                    .query_row([id], |r| {
+                        Ok(DeadLetter {
+                            id: r.get::<_, i64>(0)?.to_string(),
+                            message: DispatchMessage {
+                                task_id: r.get(1)?,
+                                version: r.get::<_, i64>(2)? as u64,
+                                shard: r.get(3)?,
+                                due_ms: r.get(4)?,
+                            },
+                            reason: r.get(5)?,
+                            dead_ms: r.get(6)?,
+                        })
+                    })
+                    .optional()?)
             })
             .await
     }

@@ -4,9 +4,9 @@ use async_trait::async_trait;
 use punctual_core::error::StoreResult;
 use punctual_core::keys;
 use punctual_core::store::{
-    Capabilities, ClaimOutcome, Completion, DueBacklog, DueEntry, DueQuery, Page, PutOutcome,
-    TaskCancel, TaskClaim, TaskComplete, TaskListPending, TaskMarkDispatched, TaskPut,
-    TaskPutBatch, TaskReschedule, TaskUpdate,
+    Capabilities, ClaimOutcome, Completion, DueBacklog, DueEntry, DueQuery, LIST_INDEXED_STATUSES,
+    Page, PutOutcome, StatusCounts, TaskCancel, TaskClaim, TaskComplete, TaskList, TaskListPending,
+    TaskMarkDispatched, TaskPut, TaskPutBatch, TaskReschedule, TaskUpdate,
 };
 use punctual_core::task::{NewTask, Task, TaskStatus, Transition};
 use punctual_core::{StoreError, TaskStore};
@@ -486,6 +486,64 @@ fn due_backlog(conn: &Connection, p: &DueBacklog, shard_count: u32) -> DbResult<
     Ok(counts)
 }
 
+/// The WHERE of the partial index `tasks_by_status` (schema.rs), which queries must repeat.
+macro_rules! settled_statuses {
+    () => {
+        "status IN ('RETRY_WAIT', 'DEAD', 'CANCELLED')"
+    };
+}
+
+/// A `due_key` above every real one (they start with 13 digits).
+const DUE_KEY_MAX: &str = "~";
+
+/// The filtered listing's SQL and its parameters. The index decides the order and what is
+/// read: `tasks_pending` for the waiting tasks (no status, or `SCHEDULED`, which is always
+/// waiting), `tasks_by_status` for any other status. The due window becomes the index range
+/// (`due_key` starts with the due time). The id prefix is checked on `due_key` (it ends with
+/// the id), so it filters index entries without reading their rows; only the target kind
+/// reads the row (its JSON). A selective prefix or kind therefore walks the status's range
+/// in due order until a page is found: bounded by the due window when one is given.
+pub(super) fn list_sql(p: &TaskList) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let f = &p.filter;
+    let mut sql = String::from(concat!("SELECT ", task_columns!(), " FROM tasks WHERE "));
+    let mut args: Vec<Value> = Vec::new();
+    match f.status {
+        None => sql += "due_bucket IS NOT NULL",
+        Some(TaskStatus::Scheduled) => sql += "due_bucket IS NOT NULL AND status = 'SCHEDULED'",
+        Some(s) => {
+            // Repeats the partial index's WHERE word for word: SQLite uses a partial index
+            // only when the query's terms contain the index's.
+            sql += concat!(settled_statuses!(), " AND status = ?");
+            args.push(Value::Text(s.as_str().to_owned()));
+        }
+    }
+    sql += " AND due_key > ? AND due_key >= ? AND due_key < ?";
+    args.push(Value::Text(p.after_key.clone().unwrap_or_default()));
+    args.push(Value::Text(
+        f.due_from_ms
+            .map(|ms| format!("{ms:013}"))
+            .unwrap_or_default(),
+    ));
+    args.push(Value::Text(
+        f.due_to_ms
+            .map(|ms| format!("{ms:013}"))
+            .unwrap_or_else(|| DUE_KEY_MAX.to_owned()),
+    ));
+    if let Some(prefix) = &f.id_prefix {
+        sql += " AND substr(due_key, 15, ?) = ?";
+        args.push(Value::Integer(prefix.chars().count() as i64));
+        args.push(Value::Text(prefix.clone()));
+    }
+    if let Some(kind) = f.target_kind {
+        sql += " AND json_extract(target, '$.type') = ?";
+        args.push(Value::Text(kind.as_str().to_owned()));
+    }
+    sql += " ORDER BY due_key LIMIT ?";
+    args.push(Value::Integer(p.limit as i64 + 1));
+    (sql, args)
+}
+
 /// Splits a `due_key` back into due time and id: the covering index holds no other column.
 fn parse_due_key(due_key: &str) -> rusqlite::Result<(i64, &str)> {
     let bad = || conversion_error(0, format!("malformed due_key {due_key:?}"));
@@ -498,6 +556,8 @@ impl TaskStore for EmbeddedStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             multi_process: true,
+            list_statuses: LIST_INDEXED_STATUSES,
+            status_counts: true,
         }
     }
 
@@ -674,6 +734,59 @@ impl TaskStore for EmbeddedStore {
                     None
                 };
                 Ok(Page { items, next })
+            })
+            .await
+    }
+
+    async fn task_list(&self, p: TaskList) -> StoreResult<Page<Task>> {
+        if let Some(status) = p.filter.status
+            && !LIST_INDEXED_STATUSES.contains(&status)
+        {
+            return Err(StoreError::invalid(
+                "status",
+                format!(
+                    "the embedded store cannot list {status} tasks: no index holds them (listing them would scan the table)"
+                ),
+            ));
+        }
+        if p.limit == 0 {
+            return Ok(Page {
+                items: Vec::new(),
+                next: None,
+            });
+        }
+        self.readers
+            .run(move |conn| {
+                let (sql, args) = list_sql(&p);
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let mut items = stmt
+                    .query_map(rusqlite::params_from_iter(args), task_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                let next = if items.len() > p.limit {
+                    items.truncate(p.limit);
+                    items.last().map(Task::due_key)
+                } else {
+                    None
+                };
+                Ok(Page { items, next })
+            })
+            .await
+    }
+
+    async fn task_counts(&self) -> StoreResult<StatusCounts> {
+        self.readers
+            .run(|conn| {
+                let mut counts = StatusCounts::default();
+                let mut stmt = conn.prepare_cached("SELECT status, n FROM task_counts")?;
+                let rows =
+                    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+                for row in rows {
+                    let (status, n) = row?;
+                    if let Some(s) = TaskStatus::parse(&status) {
+                        *counts.slot(s) = n.max(0) as u64;
+                    }
+                }
+                Ok(counts)
             })
             .await
     }

@@ -354,3 +354,133 @@ fn sqlite_errors_map_to_store_errors() {
         other => panic!("other errors are Unavailable with their source: {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn filtered_listings_walk_an_index_in_due_order_without_a_sort() {
+    use punctual_core::store::{TaskFilter, TaskList};
+    use punctual_core::{TargetKind, TaskStatus};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let batch: Vec<_> = (0..200)
+        .map(|i| task().id(format!("f-{i}")).due_in(i * 1_000).build())
+        .collect();
+    store
+        .task_put_batch(TaskPutBatch {
+            tasks: batch,
+            now_ms: T0,
+        })
+        .await
+        .unwrap();
+    let full = TaskFilter {
+        status: None,
+        due_from_ms: Some(T0),
+        due_to_ms: Some(T0 + 60_000),
+        target_kind: Some(TargetKind::Http),
+        id_prefix: Some("f-1".into()),
+    };
+    let mut filters = vec![TaskFilter::default(), full.clone()];
+    for &s in punctual_core::store::LIST_INDEXED_STATUSES {
+        filters.push(TaskFilter {
+            status: Some(s),
+            ..TaskFilter::default()
+        });
+        filters.push(TaskFilter {
+            status: Some(s),
+            ..full.clone()
+        });
+    }
+    for filter in filters {
+        let list = TaskList {
+            filter: filter.clone(),
+            after_key: Some("1767225630000#f-1".into()),
+            limit: 10,
+            now_ms: T0,
+        };
+        let p = store
+            .readers
+            .run(move |conn| {
+                let (sql, args) = tasks::list_sql(&list);
+                let params: Vec<&dyn ToSql> = args.iter().map(|a| a as &dyn ToSql).collect();
+                Ok(plan(conn, &sql, &params))
+            })
+            .await
+            .unwrap();
+        let index = match filter.status {
+            None | Some(TaskStatus::Scheduled) => {
+                "USING INDEX tasks_pending (due_key>? AND due_key<?)"
+            }
+            Some(_) => "USING INDEX tasks_by_status (status=? AND due_key>? AND due_key<?)",
+        };
+        assert!(p.contains(index), "{filter:?}: {p}");
+        assert!(!p.contains("TEMP B-TREE"), "no sort: {p}");
+        assert!(!p.starts_with("SCAN"), "no scan: {p}");
+    }
+}
+
+#[tokio::test]
+async fn status_counts_follow_every_change_and_an_old_file_is_backfilled_once() {
+    use punctual_core::TaskStatus;
+    use punctual_core::store::{StatusCounts, TaskCancel};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let batch: Vec<_> = (0..10)
+        .map(|i| task().id(format!("c-{i}")).build())
+        .collect();
+    store
+        .task_put_batch(TaskPutBatch {
+            tasks: batch,
+            now_ms: T0,
+        })
+        .await
+        .unwrap();
+    store
+        .task_mark_dispatched(TaskMarkDispatched {
+            tasks: (0..3).map(|i| (format!("c-{i}"), 1)).collect(),
+            now_ms: T0,
+        })
+        .await
+        .unwrap();
+    store
+        .task_cancel(TaskCancel {
+            task_id: "c-9".into(),
+            expected_version: None,
+            now_ms: T0,
+        })
+        .await
+        .unwrap();
+    let expected = StatusCounts {
+        scheduled: 6,
+        dispatched: 3,
+        cancelled: 1,
+        ..StatusCounts::default()
+    };
+    assert_eq!(store.task_counts().await.unwrap(), expected);
+    // A file from before the counters: no table, no triggers. Opening it again counts once.
+    store
+        .writer
+        .run(|conn| {
+            conn.execute_batch(
+                "DROP TRIGGER task_counts_insert; DROP TRIGGER task_counts_update;
+                 DROP TRIGGER task_counts_delete; DROP TABLE task_counts;
+                 DELETE FROM tasks WHERE task_id = 'c-8';",
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    drop(store);
+    let store = open(&dir);
+    let after = store.task_counts().await.unwrap();
+    assert_eq!(after.get(TaskStatus::Scheduled), 5, "{after:?}");
+    assert_eq!(after.total(), 9);
+    // And the triggers are back: a delete is counted.
+    store
+        .writer
+        .run(|conn| {
+            conn.execute("DELETE FROM tasks WHERE task_id = 'c-9'", [])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.task_counts().await.unwrap().cancelled, 0);
+}

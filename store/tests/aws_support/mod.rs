@@ -173,6 +173,9 @@ impl ReadyQueue for SuiteClockQueue {
     async fn dlq_delete(&self, ids: &[String]) -> StoreResult<()> {
         self.inner.dlq_delete(ids).await
     }
+    async fn dlq_get(&self, id: &str) -> StoreResult<Option<DeadLetter>> {
+        self.inner.dlq_get(id).await
+    }
     async fn queue_depth(&self, now_ms: i64) -> StoreResult<QueueDepth> {
         self.inner.queue_depth(now_ms).await
     }
