@@ -1,0 +1,190 @@
+//! The poller Lambda's invocation: the long-running poller loop until a stop time taken from
+//! the deadline, then every lease released — before the deadline — so the next invocation
+//! takes the shards over at once instead of after a lease TTL.
+//!
+//! Embedded store, real time, short durations (tick 100 ms, lease TTL 1.2 s or 3 s): the stop
+//! and the deadline are tokio instants, so these tests measure what a Lambda would see.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use punctual::lambda::poller::{InvocationConfig, run_until};
+use punctual_core::clock::{Clock, SystemClock};
+use punctual_core::store::TaskPut;
+use punctual_core::testkit;
+use punctual_core::{Backend, TaskStatus};
+use punctual_poller::{PollerConfig, PollerDeps, PollerEvent};
+use punctual_store::embedded::{EmbeddedOptions, EmbeddedStore};
+use tokio::time::Instant;
+
+const SHARDS: u32 = 4;
+
+fn setup() -> (tempfile::TempDir, Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(
+        &dir.path().join("punctual.db"),
+        EmbeddedOptions {
+            shard_count: SHARDS,
+            ..EmbeddedOptions::default()
+        },
+    )
+    .unwrap();
+    (dir, Backend::from_one(store))
+}
+
+fn deps(backend: &Backend, owner: &str) -> PollerDeps {
+    deps_ttl(backend, owner, 1_200)
+}
+
+fn deps_ttl(backend: &Backend, owner: &str, lease_ttl_ms: i64) -> PollerDeps {
+    PollerDeps {
+        backend: backend.clone(),
+        clock: Arc::new(SystemClock),
+        config: PollerConfig {
+            owner: owner.into(),
+            tick_ms: 100,
+            lease_ttl_ms,
+            skew_ms: 200,
+            ..PollerConfig::default()
+        },
+        events: None,
+    }
+}
+
+const SHORT: InvocationConfig = InvocationConfig {
+    run_for_ms: 60_000,
+    release_margin_ms: 1_500,
+};
+
+#[test]
+fn the_stop_time_keeps_the_margin_before_the_deadline() {
+    let start = Instant::now();
+    let c = InvocationConfig::default();
+    // A 90 s function: polls 65 s, then 25 s to spare.
+    assert_eq!(
+        c.stop_at(start, Duration::from_secs(90)),
+        start + Duration::from_secs(65)
+    );
+    // A 30 s function: stops 10 s before its deadline.
+    assert_eq!(
+        c.stop_at(start, Duration::from_secs(30)),
+        start + Duration::from_secs(20)
+    );
+    // Already inside the margin: stops at once.
+    assert_eq!(c.stop_at(start, Duration::from_secs(5)), start);
+}
+
+#[test]
+fn the_scheduled_event_fixture_is_an_eventbridge_event() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/eventbridge-scheduled-event.json"
+    ))
+    .unwrap();
+    let event: EventBridgeEvent = serde_json::from_str(&text).unwrap();
+    assert_eq!(event.detail_type, "Scheduled Event");
+    assert_eq!(event.source, "aws.events");
+}
+
+#[tokio::test]
+async fn an_invocation_dispatches_then_releases_every_lease_before_its_deadline() {
+    let (_dir, backend) = setup();
+    let now = SystemClock.now_ms();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let t = backend
+            .tasks
+            .task_put(TaskPut {
+                task: testkit::task().id(format!("due-{i}")).due(now).build(),
+                now_ms: now,
+            })
+            .await
+            .unwrap();
+        ids.push(t.task().task_id.clone());
+    }
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(3_000);
+    let stop_at = SHORT.stop_at(start, deadline - start);
+    let report = run_until(deps(&backend, "lambda-a"), stop_at)
+        .await
+        .unwrap();
+    let ended = Instant::now();
+    assert!(
+        ended < deadline,
+        "returned {:?} after the deadline",
+        ended - deadline
+    );
+    assert!(ended >= stop_at, "stopped early");
+    assert_eq!(report.acquired, SHARDS as usize, "{report:?}");
+    assert_eq!(report.released, SHARDS as usize, "{report:?}");
+    assert_eq!(report.dispatched, ids.len(), "{report:?}");
+    for id in &ids {
+        let t = backend.tasks.task_get(id).await.unwrap().unwrap();
+        assert_eq!(t.status, TaskStatus::Dispatched, "{id}");
+    }
+    let after = SystemClock.now_ms();
+    for lease in backend.leases.lease_list().await.unwrap() {
+        assert!(
+            lease.expires_ms <= after,
+            "shard {} still leased until {} (now {after})",
+            lease.shard,
+            lease.expires_ms
+        );
+    }
+}
+
+/// Lease TTL of the handover test: long, so a takeover by expiry could not pass for one by
+/// release.
+const TTL_MS: i64 = 3_000;
+
+#[tokio::test]
+async fn overlapping_invocations_hand_shards_over_by_release_not_by_expiry() {
+    let (_dir, backend) = setup();
+    let start = Instant::now();
+    // A: the previous minute's invocation, stopping at +1.5 s.
+    let a = tokio::spawn(run_until(
+        deps_ttl(&backend, "lambda-a", TTL_MS),
+        start + Duration::from_millis(1_500),
+    ));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // B: the next invocation starts while A holds every shard.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let acquired_at = Arc::new(Mutex::new(Vec::new()));
+    let log = acquired_at.clone();
+    tokio::spawn(async move {
+        while let Some(e) = rx.recv().await {
+            if let PollerEvent::LeaseAcquired { shard, .. } = e {
+                log.lock().unwrap().push((shard, Instant::now()));
+            }
+        }
+    });
+    let b = tokio::spawn(run_until(
+        PollerDeps {
+            events: Some(tx),
+            ..deps_ttl(&backend, "lambda-b", TTL_MS)
+        },
+        start + Duration::from_millis(3_500),
+    ));
+    let a_report = a.await.unwrap().unwrap();
+    let a_done = Instant::now();
+    assert_eq!(a_report.released, SHARDS as usize, "{a_report:?}");
+    let b_report = b.await.unwrap().unwrap();
+    assert_eq!(b_report.acquired, SHARDS as usize, "{b_report:?}");
+    assert_eq!(b_report.released, SHARDS as usize, "{b_report:?}");
+    let acquired = acquired_at.lock().unwrap().clone();
+    assert_eq!(acquired.len(), SHARDS as usize);
+    for (shard, at) in acquired {
+        // Not before A stopped and released, and long before A's leases could have expired
+        // (at least TTL - TTL/3 = 2 s after A stopped): within a few of B's ticks.
+        assert!(
+            at >= start + Duration::from_millis(1_500),
+            "shard {shard} taken while A still held it"
+        );
+        assert!(
+            at < a_done + Duration::from_millis(1_000),
+            "shard {shard} taken {:?} after A released",
+            at - a_done
+        );
+    }
+}
