@@ -8,6 +8,8 @@
 
 pub mod bench;
 pub mod client;
+#[cfg(feature = "lambda")]
+pub mod lambda;
 pub mod telemetry;
 
 use std::future::Future;
@@ -237,8 +239,69 @@ pub fn open_embedded(data_dir: &Path, shards: u32) -> anyhow::Result<Backend> {
 }
 
 /// The HTTP application: the API and the console in one router, `/` redirecting to the console.
+///
+/// The console's configuration comes from [`console_config`]; an invalid one is reported by
+/// [`serve`] before it listens, so here it can only be valid.
 pub fn app(state: punctual_api::ApiState) -> axum::Router {
-    punctual_api::router(state).merge(punctual_console::router())
+    let config = console_config().unwrap_or_else(|e| panic!("{e:#}"));
+    let console = punctual_console::Console::new(state.clone(), config)
+        .unwrap_or_else(|e| panic!("cannot start the console: {e}"));
+    punctual_api::router(state).merge(punctual_console::router(console))
+}
+
+/// The console's configuration from the environment, read once per process:
+///
+/// - `PUNCTUAL_SESSION_SECRET`: signs console sessions (at least 16 bytes; every instance
+///   behind one URL needs the same). Unset: a random secret made once per process, so
+///   sessions end when it restarts (logged as a warning).
+/// - `PUNCTUAL_SESSION_TTL`: how long a login lasts (`12h` by default; `30m`, `8h`, ...).
+/// - `PUNCTUAL_COOKIE_SECURE`: `true`, `false`, or `auto` (the default: `Secure` when the
+///   request came over HTTPS, directly or per `X-Forwarded-Proto`).
+pub fn console_config() -> anyhow::Result<punctual_console::ConsoleConfig> {
+    static CONFIG: std::sync::OnceLock<Result<punctual_console::ConsoleConfig, String>> =
+        std::sync::OnceLock::new();
+    let read = || -> Result<punctual_console::ConsoleConfig, String> {
+        let mut config = punctual_console::ConsoleConfig::default();
+        match std::env::var("PUNCTUAL_SESSION_SECRET") {
+            Ok(s) if !s.is_empty() => {
+                config.session_secret = Some(
+                    punctual_console::SessionSecret::new(s.into_bytes())
+                        .map_err(|e| format!("PUNCTUAL_SESSION_SECRET: {e}"))?,
+                );
+            }
+            _ => {
+                config.session_secret = Some(
+                    punctual_console::SessionSecret::random()
+                        .map_err(|e| format!("cannot make a session secret: {e}"))?,
+                );
+                tracing::warn!(
+                    "PUNCTUAL_SESSION_SECRET is not set: console sessions use a random secret, end when this process restarts and are not shared with other instances"
+                );
+            }
+        }
+        if let Ok(ttl) = std::env::var("PUNCTUAL_SESSION_TTL") {
+            let d = humantime::parse_duration(&ttl)
+                .map_err(|e| format!("PUNCTUAL_SESSION_TTL: not a duration ({e}); try 8h"))?;
+            config.session_ttl_s = i64::try_from(d.as_secs()).unwrap_or(i64::MAX).max(1);
+        }
+        if let Ok(v) = std::env::var("PUNCTUAL_COOKIE_SECURE") {
+            config.secure_cookies = match v.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" => Some(true),
+                "false" | "0" | "no" => Some(false),
+                "auto" | "" => None,
+                other => {
+                    return Err(format!(
+                        "PUNCTUAL_COOKIE_SECURE: {other:?}; use true, false or auto"
+                    ));
+                }
+            };
+        }
+        Ok(config)
+    };
+    CONFIG
+        .get_or_init(read)
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
 }
 
 /// Runs what `config` asks for until `shutdown` resolves, then stops cleanly: pollers stop
@@ -321,6 +384,7 @@ pub async fn serve(
         });
     }
     if let Some(addr) = config.addr {
+        console_config().context("invalid console configuration")?;
         let mut state = punctual_api::ApiState::new(backend.clone(), clock.clone(), config.api)
             .with_activity(activity.clone());
         if let Some(handle) = telemetry::prometheus() {
