@@ -305,6 +305,24 @@ fn parse_version(v: &str) -> Option<u64> {
     v.trim().parse().ok()
 }
 
+/// The task version a form carried; without one, refuses the post (redirect back to `back`
+/// with a message) and answers `None`: a change without the version it was decided on could
+/// overwrite a newer one.
+fn form_version(v: &str, back: &str, secure: bool) -> Option<u64> {
+    let version = parse_version(v);
+    if version.is_none() {
+        redirect(
+            back,
+            Some(Flash::err(
+                "Refused: the form carried no task version. Reload the page.",
+            )),
+            secure,
+            &[],
+        );
+    }
+    version
+}
+
 /// What the service said, as a sentence for the operator.
 fn refusal(e: &punctual_api::ApiError) -> String {
     let p = e.problem();
@@ -395,8 +413,7 @@ pub async fn reschedule_task(
     let (console, posted, _) = acting(Action::Reschedule).await?;
     let back = task_page(&id);
     let fail = |text: String| redirect(&back, Some(Flash::err(text)), posted.secure, &[]);
-    let Some(version) = parse_version(&version) else {
-        fail("Refused: the form carried no task version. Reload the page.".into());
+    let Some(version) = form_version(&version, &back, posted.secure) else {
         return Ok(());
     };
     let run_at = run_at.filter(|s| !s.trim().is_empty());
@@ -460,15 +477,7 @@ pub async fn cancel_task(
     let _ = csrf;
     let (console, posted, _) = acting(Action::Cancel).await?;
     let back = task_page(&id);
-    let Some(version) = parse_version(&version) else {
-        redirect(
-            &back,
-            Some(Flash::err(
-                "Refused: the form carried no task version. Reload the page.",
-            )),
-            posted.secure,
-            &[],
-        );
+    let Some(version) = form_version(&version, &back, posted.secure) else {
         return Ok(());
     };
     let flash = match punctual_api::service::cancel_task(&console.api, &id, Some(version)).await {
@@ -490,15 +499,7 @@ pub async fn replay_task(
     let _ = csrf;
     let (console, posted, _) = acting(Action::Replay).await?;
     let back = task_page(&id);
-    let Some(version) = parse_version(&version) else {
-        redirect(
-            &back,
-            Some(Flash::err(
-                "Refused: the form carried no task version. Reload the page.",
-            )),
-            posted.secure,
-            &[],
-        );
+    let Some(version) = form_version(&version, &back, posted.secure) else {
         return Ok(());
     };
     let req = RescheduleRequest {
@@ -529,15 +530,7 @@ pub async fn edit_payload(
     let _ = csrf;
     let (console, posted, _) = acting(Action::EditPayload).await?;
     let back = task_page(&id);
-    let Some(version) = parse_version(&version) else {
-        redirect(
-            &back,
-            Some(Flash::err(
-                "Refused: the form carried no task version. Reload the page.",
-            )),
-            posted.secure,
-            &[],
-        );
+    let Some(version) = form_version(&version, &back, posted.secure) else {
         return Ok(());
     };
     let value: serde_json::Value = match serde_json::from_str(&payload) {
