@@ -20,7 +20,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use punctual_core::StoreError;
 use punctual_core::store::{
     DeadLetter, DlqList, DueBacklog, Lease, Page, PutOutcome, QueueDepth, TaskCancel, TaskFilter,
-    TaskList, TaskListPending, TaskPut, TaskPutBatch, TaskReschedule, TaskUpdate,
+    TaskList, TaskPut, TaskPutBatch, TaskReschedule, TaskUpdate,
 };
 use punctual_core::task::{NewTask, TargetKind, Task, TaskStatus};
 use punctual_core::validate::{
@@ -278,24 +278,6 @@ async fn cancel_conflict(
         _ => format!("task `{id}` cannot be cancelled: {store_message}"),
     };
     ApiError::Conflict(detail)
-}
-
-/// Lists tasks waiting in the due index, in due order. `after` is the `next` cursor of the
-/// previous page; `limit` is 1 to `max_page` (the configured default when `None`). The page's
-/// `next` is a cursor in the same form, `None` on the last page.
-pub async fn list_pending(
-    state: &ApiState,
-    after: Option<&str>,
-    limit: Option<usize>,
-) -> Result<Page<Task>, ApiError> {
-    let limit = page_limit(state, limit, "limit")?;
-    let after_key = after.map(decode_cursor).transpose()?;
-    let page = state
-        .backend
-        .tasks
-        .task_list_pending(TaskListPending { after_key, limit })
-        .await?;
-    Ok(with_client_cursor(page))
 }
 
 /// The statuses `GET /v1/tasks?status=` accepts on this backend (the embedded store: all;
@@ -629,7 +611,7 @@ fn with_client_cursor<T>(page: Page<T>) -> Page<T> {
     }
 }
 
-/// Lists the DLQ, oldest first, in pages; cursors as in [`list_pending`].
+/// Lists the DLQ, oldest first, in pages; cursors as in [`list_tasks`].
 pub async fn list_dead_letters(
     state: &ApiState,
     after: Option<&str>,

@@ -451,8 +451,17 @@ pub trait TaskStore: Send + Sync + 'static {
         ))
     }
 
-    /// Lists tasks waiting in the due index, in due order.
-    async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>>;
+    /// Lists tasks waiting in the due index, in due order: [`TaskStore::task_list`] without a
+    /// filter.
+    async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>> {
+        self.task_list(TaskList {
+            filter: TaskFilter::default(),
+            after_key: p.after_key,
+            limit: p.limit,
+            now_ms: 0,
+        })
+        .await
+    }
 
     /// Lists tasks by a filter, in due order, in pages (see [`TaskList`]); never a scan of the
     /// table where an index can answer. A status outside

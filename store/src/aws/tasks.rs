@@ -31,8 +31,8 @@ use punctual_core::error::StoreResult;
 use punctual_core::keys;
 use punctual_core::store::{
     Capabilities, ClaimOutcome, Completion, DueBacklog, DueEntry, DueQuery, Page, PutOutcome,
-    TaskCancel, TaskClaim, TaskComplete, TaskFilter, TaskList, TaskListPending, TaskMarkDispatched,
-    TaskPut, TaskPutBatch, TaskReschedule, TaskUpdate,
+    TaskCancel, TaskClaim, TaskComplete, TaskList, TaskMarkDispatched, TaskPut, TaskPutBatch,
+    TaskReschedule, TaskUpdate,
 };
 use punctual_core::task::{NewTask, Task, TaskStatus, Transition};
 use punctual_core::{StoreError, TaskStore};
@@ -814,16 +814,6 @@ impl TaskStore for AwsStore {
             counts[i] += n;
         }
         Ok(counts)
-    }
-
-    async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>> {
-        self.list_waiting(TaskList {
-            filter: TaskFilter::default(),
-            after_key: p.after_key,
-            limit: p.limit,
-            now_ms: 0,
-        })
-        .await
     }
 
     async fn task_list(&self, p: TaskList) -> StoreResult<Page<Task>> {

@@ -5,7 +5,7 @@ use punctual_core::error::StoreResult;
 use punctual_core::keys;
 use punctual_core::store::{
     Capabilities, ClaimOutcome, Completion, DueBacklog, DueEntry, DueQuery, LIST_INDEXED_STATUSES,
-    Page, PutOutcome, StatusCounts, TaskCancel, TaskClaim, TaskComplete, TaskList, TaskListPending,
+    Page, PutOutcome, StatusCounts, TaskCancel, TaskClaim, TaskComplete, TaskList,
     TaskMarkDispatched, TaskPut, TaskPutBatch, TaskReschedule, TaskUpdate,
 };
 use punctual_core::task::{NewTask, Task, TaskStatus, Transition};
@@ -34,15 +34,6 @@ macro_rules! task_columns {
 pub(super) const DUE_QUERY_SQL: &str = "SELECT due_key, version FROM tasks
      WHERE due_bucket = ?1 AND due_key < ?2 AND due_key > ?3
      ORDER BY due_key LIMIT ?4";
-
-/// The waiting tasks in due order across shards, after the cursor.
-pub(super) const LIST_PENDING_SQL: &str = concat!(
-    "SELECT ",
-    task_columns!(),
-    " FROM tasks
-         WHERE due_bucket IS NOT NULL AND due_key > ?1
-         ORDER BY due_key LIMIT ?2"
-);
 
 /// The claim's conditional write (DESIGN.md's condition, plus `attempt < max_attempts`).
 pub(super) const CLAIM_SQL: &str = concat!(
@@ -706,35 +697,6 @@ impl TaskStore for EmbeddedStore {
         let shards = self.shard_count;
         self.readers
             .run(move |conn| due_backlog(conn, &p, shards))
-            .await
-    }
-
-    async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>> {
-        if p.limit == 0 {
-            return Ok(Page {
-                items: Vec::new(),
-                next: None,
-            });
-        }
-        self.readers
-            .run(move |conn| {
-                // tasks_pending walks the waiting rows in due_key order; one row past the page
-                // tells whether there is a next page.
-                let mut stmt = conn.prepare_cached(LIST_PENDING_SQL)?;
-                let mut items = stmt
-                    .query_map(
-                        params![p.after_key.as_deref().unwrap_or(""), p.limit as i64 + 1],
-                        task_from_row,
-                    )?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                let next = if items.len() > p.limit {
-                    items.truncate(p.limit);
-                    items.last().map(Task::due_key)
-                } else {
-                    None
-                };
-                Ok(Page { items, next })
-            })
             .await
     }
 

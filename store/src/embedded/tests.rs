@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
 
-use punctual_core::store::{TaskMarkDispatched, TaskPutBatch};
+use punctual_core::store::{TaskFilter, TaskList, TaskMarkDispatched, TaskPutBatch};
 use punctual_core::testkit::{T0, task};
 use punctual_core::{StoreError, TaskStore};
 use rusqlite::{Connection, ToSql};
@@ -154,7 +154,16 @@ async fn hot_paths_use_their_indexes_and_never_scan_or_sort() {
                     tasks::DUE_QUERY_SQL,
                     &[&"00001#0029453760", &"1767225630000$", &"", &100],
                 ),
-                plan(conn, tasks::LIST_PENDING_SQL, &[&"", &100]),
+                {
+                    let (sql, args) = tasks::list_sql(&TaskList {
+                        filter: TaskFilter::default(),
+                        after_key: None,
+                        limit: 100,
+                        now_ms: T0,
+                    });
+                    let params: Vec<&dyn ToSql> = args.iter().map(|a| a as &dyn ToSql).collect();
+                    plan(conn, &sql, &params)
+                },
                 plan(conn, tasks::CLAIM_SQL, &[&"p-1", &1, &T0, &30_000]),
                 plan(conn, queue::RECEIVE_SQL, &[&T0, &10]),
                 plan(conn, queue::ANY_VISIBLE_SQL, &[&T0]),
@@ -174,7 +183,7 @@ async fn hot_paths_use_their_indexes_and_never_scan_or_sort() {
         "the poll reads only the partial index: {due}"
     );
     assert!(
-        pending.contains("USING INDEX tasks_pending (due_key>?)"),
+        pending.contains("USING INDEX tasks_pending (due_key>? AND due_key<?)"),
         "list pending walks its index: {pending}"
     );
     assert!(
@@ -357,7 +366,6 @@ fn sqlite_errors_map_to_store_errors() {
 
 #[tokio::test]
 async fn filtered_listings_walk_an_index_in_due_order_without_a_sort() {
-    use punctual_core::store::{TaskFilter, TaskList};
     use punctual_core::{TargetKind, TaskStatus};
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir);
