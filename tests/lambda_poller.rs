@@ -138,53 +138,81 @@ async fn an_invocation_dispatches_then_releases_every_lease_before_its_deadline(
 /// release.
 const TTL_MS: i64 = 3_000;
 
+/// Every lease event of one poller, with the instant it happened.
+type EventLog = Arc<Mutex<Vec<(PollerEvent, Instant)>>>;
+
+/// `deps` whose events are logged with their instant.
+fn logged(deps: PollerDeps) -> (PollerDeps, EventLog) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let log = EventLog::default();
+    let sink = log.clone();
+    tokio::spawn(async move {
+        while let Some(e) = rx.recv().await {
+            sink.lock().unwrap().push((e, Instant::now()));
+        }
+    });
+    let deps = PollerDeps {
+        events: Some(tx),
+        ..deps
+    };
+    (deps, log)
+}
+
 #[tokio::test]
 async fn overlapping_invocations_hand_shards_over_by_release_not_by_expiry() {
     let (_dir, backend) = setup();
     let start = Instant::now();
     // A: the previous minute's invocation, stopping at +1.5 s.
-    let a = tokio::spawn(run_until(
-        deps_ttl(&backend, "lambda-a", TTL_MS),
-        start + Duration::from_millis(1_500),
-    ));
+    let (a_deps, a_log) = logged(deps_ttl(&backend, "lambda-a", TTL_MS));
+    let a = tokio::spawn(run_until(a_deps, start + Duration::from_millis(1_500)));
     tokio::time::sleep(Duration::from_millis(700)).await;
-    // B: the next invocation starts while A holds every shard.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let acquired_at = Arc::new(Mutex::new(Vec::new()));
-    let log = acquired_at.clone();
-    tokio::spawn(async move {
-        while let Some(e) = rx.recv().await {
-            if let PollerEvent::LeaseAcquired { shard, .. } = e {
-                log.lock().unwrap().push((shard, Instant::now()));
-            }
-        }
-    });
-    let b = tokio::spawn(run_until(
-        PollerDeps {
-            events: Some(tx),
-            ..deps_ttl(&backend, "lambda-b", TTL_MS)
-        },
-        start + Duration::from_millis(3_500),
-    ));
+    // B: the next invocation starts while A holds every shard. A sees B's presence and sheds
+    // half at once; it releases the rest when it stops.
+    let (b_deps, b_log) = logged(deps_ttl(&backend, "lambda-b", TTL_MS));
+    let b = tokio::spawn(run_until(b_deps, start + Duration::from_millis(3_500)));
     let a_report = a.await.unwrap().unwrap();
     let a_done = Instant::now();
     assert_eq!(a_report.released, SHARDS as usize, "{a_report:?}");
+    assert_eq!(a_report.lost, 0, "nobody took a lease A held: {a_report:?}");
     let b_report = b.await.unwrap().unwrap();
     assert_eq!(b_report.acquired, SHARDS as usize, "{b_report:?}");
     assert_eq!(b_report.released, SHARDS as usize, "{b_report:?}");
-    let acquired = acquired_at.lock().unwrap().clone();
-    assert_eq!(acquired.len(), SHARDS as usize);
-    for (shard, at) in acquired {
-        // Not before A stopped and released, and long before A's leases could have expired
-        // (at least TTL - TTL/3 = 2 s after A stopped): within a few of B's ticks.
+    let released_by_a: Vec<(u32, Instant)> = a_log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(e, at)| match e {
+            PollerEvent::LeaseReleased { shard, .. } => Some((*shard, *at)),
+            _ => None,
+        })
+        .collect();
+    let acquired_by_b: Vec<(u32, Instant)> = b_log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(e, at)| match e {
+            PollerEvent::LeaseAcquired { shard, .. } => Some((*shard, *at)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(acquired_by_b.len(), SHARDS as usize);
+    let shed_early = released_by_a.iter().filter(|(_, at)| *at < a_done).count();
+    assert!(shed_early > 0, "A shed some shards to B before stopping");
+    for (shard, at) in acquired_by_b {
+        // Only after A released it, and long before A's leases could have expired (at least
+        // TTL - TTL/3 = 2 s after A's last renewal): within a few of B's ticks.
+        let released = released_by_a.iter().find(|(s, _)| *s == shard);
+        let (_, released_at) = released.unwrap_or_else(|| panic!("A never released {shard}"));
+        // (Instants are taken where the events are received: allow their logging tasks a
+        // little scheduling slack.)
         assert!(
-            at >= start + Duration::from_millis(1_500),
+            at + Duration::from_millis(100) >= *released_at,
             "shard {shard} taken while A still held it"
         );
         assert!(
-            at < a_done + Duration::from_millis(1_000),
-            "shard {shard} taken {:?} after A released",
-            at - a_done
+            at < *released_at + Duration::from_millis(1_000),
+            "shard {shard} taken {:?} after A released it",
+            at - *released_at
         );
     }
 }

@@ -757,6 +757,38 @@ pub struct LeaseRelease {
     pub watermark_minute: i64,
 }
 
+/// A poller announcing that it is alive, whether or not it holds a shard: the pollers count
+/// each other through these rows to split the shards fairly (a poller holding nothing has no
+/// lease to be seen by).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The poller, named as in its leases.
+    pub owner: String,
+    /// When it counts as gone unless it beats again, epoch milliseconds.
+    pub expires_ms: i64,
+}
+
+/// Announce (or keep announcing) a poller: upserts its row with `expires_ms = now + ttl`.
+#[derive(Debug, Clone)]
+pub struct MemberBeat {
+    /// The poller.
+    pub owner: String,
+    /// How long the announcement lasts.
+    pub ttl_ms: i64,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// Remove a poller's row: its own on shutdown (unconditional), or a long-gone peer's, only
+/// if the row is unchanged since it was listed (the peer did not come back meanwhile).
+#[derive(Debug, Clone)]
+pub struct MemberRemove {
+    /// The poller whose row goes.
+    pub owner: String,
+    /// Remove only if the row still expires at this instant; `Conflict` otherwise.
+    pub if_expires_ms: Option<i64>,
+}
+
 /// Shard leases.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + 'static {
@@ -772,6 +804,16 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Every shard's lease that exists.
     async fn lease_list(&self) -> StoreResult<Vec<Lease>>;
+
+    /// Announces a live poller (upsert).
+    async fn member_beat(&self, p: MemberBeat) -> StoreResult<()>;
+
+    /// Removes a poller's announcement. Removing a row that does not exist succeeds; a
+    /// condition that no longer holds is a `Conflict`.
+    async fn member_remove(&self, p: MemberRemove) -> StoreResult<()>;
+
+    /// Every announcement, expired ones included (a reader decides what is live).
+    async fn member_list(&self) -> StoreResult<Vec<Member>>;
 }
 
 /// One backend: the three roles, as the poller, worker, API and console hold them.

@@ -147,7 +147,8 @@ data "aws_iam_policy_document" "worker" {
 }
 
 # Poller: the due index (Query on by_due only), the mark (UpdateItem), the leases and the meta
-# item (Query, UpdateItem, GetItem), the send (SendMessage, as SendMessageBatch).
+# item (Query, UpdateItem, GetItem), its presence item (PutItem to announce itself, DeleteItem
+# to withdraw it or forget a long-gone peer's), the send (SendMessage, as SendMessageBatch).
 data "aws_iam_policy_document" "poller" {
   statement {
     sid       = "DueIndex"
@@ -165,6 +166,18 @@ data "aws_iam_policy_document" "poller" {
     sid       = "Leases"
     actions   = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"]
     resources = [aws_dynamodb_table.leases.arn]
+  }
+
+  statement {
+    sid       = "Presence"
+    actions   = ["dynamodb:PutItem", "dynamodb:DeleteItem"]
+    resources = [aws_dynamodb_table.leases.arn]
+
+    condition {
+      test     = "ForAllValues:StringEquals"
+      variable = "dynamodb:LeadingKeys"
+      values   = ["member"]
+    }
   }
 
   statement {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use punctual_core::Backend;
 use punctual_core::clock::SharedClock;
 use punctual_core::keys::shard_of;
-use punctual_core::store::{Lease, LeaseAcquire};
+use punctual_core::store::{Lease, LeaseAcquire, Member, MemberBeat, MemberRemove};
 use tokio::sync::mpsc;
 
 use crate::config::PollerConfig;
@@ -60,7 +60,13 @@ pub struct LeaseManager {
     last_free: BTreeSet<u32>,
     /// The live owners for which shedding proved futile (we had to adopt orphans).
     shed_futile_for: Option<BTreeSet<String>>,
+    /// When this poller last announced itself (`member_beat`), if it has.
+    beat_ms: Option<i64>,
 }
+
+/// How long past its expiry a poller's presence row stays before a peer deletes it: long
+/// enough that a paused process coming back simply beats again.
+const MEMBER_FORGET_AFTER_MS: i64 = 10 * 60_000;
 
 impl LeaseManager {
     /// A manager holding nothing yet.
@@ -79,6 +85,7 @@ impl LeaseManager {
             first_round: true,
             last_free: BTreeSet::new(),
             shed_futile_for: None,
+            beat_ms: None,
         }
     }
 
@@ -131,10 +138,15 @@ impl LeaseManager {
     /// shards nobody wanted for a whole round; releases shards held beyond the share when that
     /// can help another poller.
     ///
+    /// - **Presence**: every poller announces itself with `member_beat` (once per renewal
+    ///   interval, lasting a lease TTL), so a poller holding no shard is still counted. Without
+    ///   it a poller that lost every lease, or started after another took them all, would wait
+    ///   unseen forever while the other held everything.
     /// - **Share**: [`fair_share`]`(shard_count, P)` with `P` = the distinct other owners of
-    ///   unexpired leases in `lease_list`, plus this poller; never more than
-    ///   [`config.max_shards`](PollerConfig::max_shards). Two pollers split 16 shards 8/8, and a
-    ///   standby takes everything in one round once the other's leases expire.
+    ///   unexpired leases in `lease_list` or unexpired presence rows in `member_list`, plus this
+    ///   poller; never more than [`config.max_shards`](PollerConfig::max_shards). Two pollers
+    ///   split 16 shards 8/8, and a standby takes everything in one round once the other's
+    ///   leases expire.
     /// - **Cold start**: a poller cannot see another that holds nothing yet, so pollers started
     ///   together would all race for every shard. A poller's very first round, if it sees no
     ///   other live owner, takes only half its share; the next round takes the rest if nobody
@@ -148,6 +160,7 @@ impl LeaseManager {
     ///   once. After adopting orphans it stops shedding until the set of live owners changes,
     ///   or it would release and re-adopt the same shards forever.
     pub async fn acquire_free_shards(&mut self, now_ms: i64) -> Result<AcquireReport, PollerError> {
+        let members = self.beat_and_list_members(now_ms).await?;
         let leases = self
             .backend
             .leases
@@ -159,8 +172,10 @@ impl LeaseManager {
         let count = usize::try_from(shard_count).unwrap_or(usize::MAX);
         let live_others: BTreeSet<String> = leases
             .iter()
-            .filter(|l| l.owner != owner && l.expires_ms > now_ms)
-            .map(|l| l.owner.clone())
+            .map(|l| (&l.owner, l.expires_ms))
+            .chain(members.iter().map(|m| (&m.owner, m.expires_ms)))
+            .filter(|(o, expires_ms)| **o != owner && *expires_ms > now_ms)
+            .map(|(o, _)| o.clone())
             .collect();
         let capped = self.config.max_shards.is_some();
         let cap = self.config.max_shards.map_or(count, |m| m.min(count));
@@ -249,6 +264,49 @@ impl LeaseManager {
         Ok(report)
     }
 
+    /// Announces this poller when its beat is due, lists every poller's presence, and forgets
+    /// peers gone for [`MEMBER_FORGET_AFTER_MS`] (a crashed process cannot remove its own row).
+    async fn beat_and_list_members(&mut self, now_ms: i64) -> Result<Vec<Member>, PollerError> {
+        let leases = &self.backend.leases;
+        if self
+            .beat_ms
+            .is_none_or(|at| now_ms >= at + self.config.renew_every_ms())
+        {
+            leases
+                .member_beat(MemberBeat {
+                    owner: self.config.owner.clone(),
+                    ttl_ms: self.config.lease_ttl_ms,
+                    now_ms,
+                })
+                .await
+                .map_err(|e| PollerError::store("member_beat", None, e))?;
+            self.beat_ms = Some(now_ms);
+        }
+        let members = leases
+            .member_list()
+            .await
+            .map_err(|e| PollerError::store("member_list", None, e))?;
+        for gone in members
+            .iter()
+            .filter(|m| m.expires_ms + MEMBER_FORGET_AFTER_MS < now_ms)
+        {
+            let removed = leases
+                .member_remove(MemberRemove {
+                    owner: gone.owner.clone(),
+                    if_expires_ms: Some(gone.expires_ms),
+                })
+                .await;
+            match removed {
+                // It came back, or another poller removed it first.
+                Err(e) if !e.is_conflict() => {
+                    tracing::warn!(owner = %gone.owner, error = %e, "forgetting a gone poller failed");
+                }
+                _ => {}
+            }
+        }
+        Ok(members)
+    }
+
     /// Acquires one shard's lease: `None` if someone else holds it.
     async fn acquire(&mut self, shard: u32, now_ms: i64) -> Result<Option<Lease>, PollerError> {
         let acquired = self
@@ -287,7 +345,8 @@ impl LeaseManager {
     }
 
     /// Releases every held lease with its watermark (on shutdown), so a standby takes over at
-    /// once instead of after a TTL. Returns how many releases succeeded.
+    /// once instead of after a TTL, and withdraws this poller's presence so the others stop
+    /// counting it. Returns how many releases succeeded.
     pub async fn release_all(&mut self) -> usize {
         let mut released = 0;
         while let Some((shard, poller)) = self.held.pop_first() {
@@ -298,6 +357,15 @@ impl LeaseManager {
                     self.emit(PollerEvent::LeaseReleased { shard, epoch });
                 }
                 Err(e) => tracing::warn!(shard, error = %e, "lease release failed"),
+            }
+        }
+        if self.beat_ms.take().is_some() {
+            let gone = MemberRemove {
+                owner: self.config.owner.clone(),
+                if_expires_ms: None,
+            };
+            if let Err(e) = self.backend.leases.member_remove(gone).await {
+                tracing::warn!(error = %e, "withdrawing this poller's presence failed");
             }
         }
         released

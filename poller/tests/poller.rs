@@ -233,12 +233,15 @@ async fn a_standby_takes_over_expired_leases_and_sends_the_remaining_tasks() {
     b.tick().await;
     assert_eq!(a.leases().held().len(), 4);
     assert!(b.leases().held().is_empty(), "the standby holds nothing");
+    // B's presence makes A shed half its shards, which B takes (a shed lease: epoch 2).
     while env.now() < T0 + 10_000 {
         env.clock.advance(1_000);
         a.tick().await;
         b.tick().await;
     }
+    assert_eq!((a.leases().held().len(), b.leases().held().len()), (2, 2));
     assert_eq!(counts(&env.queue.sent_ids()).len(), 8);
+    let a_held = a.leases().held();
 
     // A stops ticking. B, ticking on, takes its shards once they expire, at a new epoch.
     let mut acquired = Vec::new();
@@ -249,7 +252,7 @@ async fn a_standby_takes_over_expired_leases_and_sends_the_remaining_tasks() {
         acquired.extend(t.acquired);
     }
     acquired.sort_unstable();
-    assert_eq!(acquired, vec![0, 1, 2, 3]);
+    assert_eq!(acquired, a_held);
     for s in 0..4 {
         assert_eq!(b.leases().shard(s).unwrap().lease().epoch, 2);
     }
@@ -589,6 +592,76 @@ async fn shards_a_capped_poller_leaves_are_adopted_not_orphaned() {
         .map(|l| format!("{}:{}", l.shard, l.owner))
         .collect();
     assert_eq!(owners.len(), 16, "every shard owned: {owners:?}");
+}
+
+#[tokio::test]
+async fn a_poller_holding_nothing_is_counted_and_gets_its_share() {
+    // A took every shard before B started (or B lost all its leases when its renewals ran
+    // late): B holds no lease to be seen by. Its presence row makes A shed half.
+    let env = setup(16);
+    let mut a = env.poller(config("a"));
+    for _ in 0..2 {
+        a.tick().await;
+        env.clock.advance(1_000);
+    }
+    assert_eq!(a.leases().held().len(), 16);
+    let mut b = env.poller(config("b"));
+    let t = b.tick().await;
+    assert_eq!((t.acquired.len(), b.leases().held().len()), (0, 0));
+    let t = a.tick().await;
+    assert_eq!(t.shed.len(), 8, "A sees B although B holds nothing");
+    let t = b.tick().await;
+    assert_eq!(t.acquired.len(), 8);
+    for _ in 0..3 {
+        env.clock.advance(1_000);
+        a.tick().await;
+        b.tick().await;
+        assert_eq!((a.leases().held().len(), b.leases().held().len()), (8, 8));
+    }
+
+    // B shuts down: its leases are released and its presence withdrawn, so A takes every
+    // shard back in one round instead of waiting for a TTL.
+    assert_eq!(b.shutdown().await, 8);
+    assert_eq!(member_owners(&env).await, vec!["a"]);
+    let t = a.tick().await;
+    assert_eq!((t.acquired.len(), a.leases().held().len()), (8, 16));
+}
+
+#[tokio::test]
+async fn a_crashed_pollers_presence_stops_counting_then_is_forgotten() {
+    let env = setup(16);
+    let mut a = env.poller(config("a"));
+    let mut b = env.poller(config("b"));
+    for _ in 0..3 {
+        a.tick().await;
+        b.tick().await;
+        env.clock.advance(1_000);
+    }
+    assert_eq!((a.leases().held().len(), b.leases().held().len()), (8, 8));
+    drop(b); // a crash: no release, no withdrawal
+
+    // Once B's leases and presence lapse, A takes everything.
+    let mut rounds = 0;
+    while a.leases().held().len() < 16 {
+        env.clock.advance(1_000);
+        a.tick().await;
+        rounds += 1;
+        assert!(rounds <= 15, "A took over within a lease TTL and a tick");
+    }
+    assert_eq!(member_owners(&env).await, vec!["a", "b"], "kept a while");
+    // Ten minutes after it lapsed, A deletes B's row.
+    for _ in 0..11 {
+        env.clock.advance(60_000);
+        a.tick().await;
+    }
+    assert_eq!(member_owners(&env).await, vec!["a"]);
+    assert_eq!(a.leases().held().len(), 16);
+}
+
+/// The pollers with a presence row, live or not.
+async fn member_owners(env: &Env) -> Vec<String> {
+    let members = env.backend.leases.member_list().await.unwrap();
+    members.into_iter().map(|m| m.owner).collect()
 }
 
 /// The shards nobody among a, b, c holds.

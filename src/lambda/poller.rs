@@ -97,7 +97,7 @@ pub struct InvocationReport {
     pub dispatched: usize,
     /// Leases acquired.
     pub acquired: usize,
-    /// Leases released at the end.
+    /// Leases released: shed to another poller on the way, or at the end.
     pub released: usize,
     /// Leases lost on the way (a renewal failed).
     pub lost: usize,

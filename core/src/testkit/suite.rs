@@ -87,6 +87,7 @@ cases!(
     lease_renew_and_expiry,
     lease_takeover_increases_epoch_and_keeps_watermark,
     lease_release_frees_at_once,
+    members_beat_list_and_remove,
 );
 
 /// Runs every case on a fresh backend from `make`, printing each name; panics on the first
@@ -1905,4 +1906,54 @@ async fn lease_release_frees_at_once(b: Backend) {
             })
             .await,
     );
+}
+
+async fn members_beat_list_and_remove(b: Backend) {
+    assert_eq!(b.leases.member_list().await.unwrap(), vec![]);
+    let beat = |owner: &str, now_ms: i64| MemberBeat {
+        owner: owner.into(),
+        ttl_ms: 10_000,
+        now_ms,
+    };
+    b.leases.member_beat(beat("a", T0)).await.unwrap();
+    b.leases.member_beat(beat("b", T0)).await.unwrap();
+    // A second beat moves the expiry; it does not add a row.
+    b.leases.member_beat(beat("a", T0 + 4_000)).await.unwrap();
+    let mut all = b.leases.member_list().await.unwrap();
+    all.sort_by(|x, y| x.owner.cmp(&y.owner));
+    let member = |owner: &str, expires_ms: i64| Member {
+        owner: owner.into(),
+        expires_ms,
+    };
+    assert_eq!(
+        all,
+        vec![member("a", T0 + 14_000), member("b", T0 + 10_000)]
+    );
+
+    // A peer's removal holds only if the row did not change since it was listed.
+    let stale = MemberRemove {
+        owner: "a".into(),
+        if_expires_ms: Some(T0 + 10_000),
+    };
+    conflict(b.leases.member_remove(stale).await);
+    b.leases
+        .member_remove(MemberRemove {
+            owner: "b".into(),
+            if_expires_ms: Some(T0 + 10_000),
+        })
+        .await
+        .unwrap();
+    // Its own removal is unconditional, and removing what is gone is not an error.
+    for _ in 0..2 {
+        b.leases
+            .member_remove(MemberRemove {
+                owner: "a".into(),
+                if_expires_ms: None,
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(b.leases.member_list().await.unwrap(), vec![]);
+    // Members are not leases.
+    assert_eq!(b.leases.lease_list().await.unwrap(), vec![]);
 }

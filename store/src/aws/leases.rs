@@ -8,6 +8,9 @@
 //! renew:    owner = :me AND epoch = :e AND expires_ms > :now → expires_ms := now + ttl
 //! release:  owner = :me AND epoch = :e                       → expires_ms := 0
 //! list:     Query pk = "lease" (one partition, no Scan)
+//!
+//! members:  pk = "member", sk = owner, expires_ms: PutItem to beat, DeleteItem (conditional
+//!           on expires_ms when a peer removes a long-expired one), Query pk = "member" to list
 //! ```
 //!
 //! Same rules as the embedded store's lease table; see DESIGN.md for why the epoch fences a
@@ -16,7 +19,9 @@
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::ReturnValue;
 use punctual_core::error::StoreResult;
-use punctual_core::store::{Lease, LeaseAcquire, LeaseRelease, LeaseRenew};
+use punctual_core::store::{
+    Lease, LeaseAcquire, LeaseRelease, LeaseRenew, Member, MemberBeat, MemberRemove,
+};
 use punctual_core::{LeaseStore, StoreError};
 
 use super::item::{Item, get_n, get_s};
@@ -71,6 +76,32 @@ impl AwsStore {
             Err(e) => {
                 let e = map_sdk(op, e);
                 if e.is_conflict() { Ok(None) } else { Err(e) }
+            }
+        }
+    }
+
+    /// Every item of one partition of the leases table, consistently read, page after page.
+    async fn leases_partition(&self, op: &str, partition: &str) -> StoreResult<Vec<Item>> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .clients
+                .dynamodb
+                .query()
+                .table_name(&self.names.leases_table)
+                .key_condition_expression("#pk = :pk")
+                .expression_attribute_names("#pk", LEASE_PK)
+                .expression_attribute_values(":pk", s(partition))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| map_sdk(op, e))?;
+            items.extend(out.items.unwrap_or_default());
+            start = out.last_evaluated_key.filter(|k| !k.is_empty());
+            if start.is_none() {
+                return Ok(items);
             }
         }
     }
@@ -157,29 +188,60 @@ impl LeaseStore for AwsStore {
     }
 
     async fn lease_list(&self) -> StoreResult<Vec<Lease>> {
-        let mut leases = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .clients
-                .dynamodb
-                .query()
-                .table_name(&self.names.leases_table)
-                .key_condition_expression("#pk = :pk")
-                .expression_attribute_names("#pk", LEASE_PK)
-                .expression_attribute_values(":pk", s(LEASE_PARTITION))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| map_sdk("Query leases", e))?;
-            for item in out.items.unwrap_or_default() {
-                leases.push(lease_from_item(&item)?);
-            }
-            start = out.last_evaluated_key.filter(|k| !k.is_empty());
-            if start.is_none() {
-                return Ok(leases);
-            }
+        self.leases_partition("Query leases", LEASE_PARTITION)
+            .await?
+            .iter()
+            .map(lease_from_item)
+            .collect()
+    }
+
+    async fn member_beat(&self, p: MemberBeat) -> StoreResult<()> {
+        self.clients
+            .dynamodb
+            .put_item()
+            .table_name(&self.names.leases_table)
+            .item(LEASE_PK, s(MEMBER_PARTITION))
+            .item(LEASE_SK, s(&p.owner))
+            .item(OWNER, s(&p.owner))
+            .item(EXPIRES_MS, num(p.now_ms + p.ttl_ms))
+            .send()
+            .await
+            .map_err(|e| map_sdk("PutItem member", e))?;
+        Ok(())
+    }
+
+    async fn member_remove(&self, p: MemberRemove) -> StoreResult<()> {
+        let mut req = self
+            .clients
+            .dynamodb
+            .delete_item()
+            .table_name(&self.names.leases_table)
+            .key(LEASE_PK, s(MEMBER_PARTITION))
+            .key(LEASE_SK, s(&p.owner));
+        if let Some(expires) = p.if_expires_ms {
+            let mut ex = Ex::default();
+            let condition = format!("{} = {}", ex.n(EXPIRES_MS), ex.v("x", num(expires)));
+            req = req
+                .condition_expression(condition)
+                .set_expression_attribute_names(ex.names())
+                .set_expression_attribute_values(ex.values());
         }
+        req.send()
+            .await
+            .map_err(|e| map_sdk("DeleteItem member", e))?;
+        Ok(())
+    }
+
+    async fn member_list(&self) -> StoreResult<Vec<Member>> {
+        self.leases_partition("Query members", MEMBER_PARTITION)
+            .await?
+            .iter()
+            .map(|item| {
+                Ok(Member {
+                    owner: get_s(item, OWNER)?.to_owned(),
+                    expires_ms: get_n(item, EXPIRES_MS)?,
+                })
+            })
+            .collect()
     }
 }

@@ -16,6 +16,7 @@
 //! {prefix}leases   DynamoDB, on demand
 //!                  key: pk (S, hash) + sk (S, range)
 //!                  pk = "lease", sk = "{shard:05}"  one item per shard (a Query lists them)
+//!                  pk = "member", sk = owner         one item per live poller: expires_ms
 //!                  pk = "meta",  sk = "meta"        shard_count, created_minute, max_due_minute
 //! {prefix}ready    SQS standard queue, RedrivePolicy → {prefix}dlq (maxReceiveCount)
 //! {prefix}dlq      SQS standard queue, 14 days retention
@@ -88,6 +89,8 @@ pub const LEASE_PK: &str = "pk";
 pub const LEASE_SK: &str = "sk";
 /// Leases table: partition of the lease items.
 pub const LEASE_PARTITION: &str = "lease";
+/// Leases table: partition of the pollers' presence items (sort key: the owner).
+pub const MEMBER_PARTITION: &str = "member";
 /// Leases table: partition (and sort key) of the meta item.
 pub const META_PARTITION: &str = "meta";
 /// Lease item: holder.

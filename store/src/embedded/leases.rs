@@ -7,6 +7,9 @@
 //!           otherwise                   → Conflict
 //! renew:    owner = me AND epoch = e AND expires_ms > now → expires_ms := now + ttl
 //! release:  owner = me AND epoch = e    → expires_ms := 0 (free at once; epoch, watermark kept)
+//!
+//! members:  one row per live poller (owner, expires_ms), upserted by its beat, deleted on
+//!           shutdown or by a peer once long expired; listed whole
 //! ```
 //!
 //! The epoch grows with every acquisition, so a poller holding an older epoch fails its next
@@ -15,7 +18,9 @@
 
 use async_trait::async_trait;
 use punctual_core::error::StoreResult;
-use punctual_core::store::{Lease, LeaseAcquire, LeaseRelease, LeaseRenew};
+use punctual_core::store::{
+    Lease, LeaseAcquire, LeaseRelease, LeaseRenew, Member, MemberBeat, MemberRemove,
+};
 use punctual_core::{LeaseStore, StoreError};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -149,6 +154,58 @@ impl LeaseStore for EmbeddedStore {
                 let sql = concat!("SELECT ", lease_columns!(), " FROM leases ORDER BY shard");
                 let mut stmt = conn.prepare_cached(sql)?;
                 let rows = stmt.query_map([], lease_from_row)?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await
+    }
+
+    async fn member_beat(&self, p: MemberBeat) -> StoreResult<()> {
+        self.writer
+            .run(move |conn| {
+                conn.prepare_cached(
+                    "INSERT INTO members (owner, expires_ms) VALUES (?1, ?2)
+                     ON CONFLICT (owner) DO UPDATE SET expires_ms = excluded.expires_ms",
+                )?
+                .execute(params![p.owner, p.now_ms + p.ttl_ms])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn member_remove(&self, p: MemberRemove) -> StoreResult<()> {
+        self.writer
+            .run(move |conn| {
+                let Some(expires) = p.if_expires_ms else {
+                    conn.prepare_cached("DELETE FROM members WHERE owner = ?1")?
+                        .execute([&p.owner])?;
+                    return Ok(());
+                };
+                let changed = conn
+                    .prepare_cached("DELETE FROM members WHERE owner = ?1 AND expires_ms = ?2")?
+                    .execute(params![p.owner, expires])?;
+                if changed == 0 {
+                    return Err(StoreError::conflict(format!(
+                        "poller {} beat again since it was listed (or is gone)",
+                        p.owner
+                    ))
+                    .into());
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn member_list(&self) -> StoreResult<Vec<Member>> {
+        self.readers
+            .run(|conn| {
+                let mut stmt =
+                    conn.prepare_cached("SELECT owner, expires_ms FROM members ORDER BY owner")?;
+                let rows = stmt.query_map([], |r| {
+                    Ok(Member {
+                        owner: r.get(0)?,
+                        expires_ms: r.get(1)?,
+                    })
+                })?;
                 Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
             })
             .await

@@ -142,6 +142,11 @@ CREATE TABLE IF NOT EXISTS leases (
     epoch            INTEGER NOT NULL,
     watermark_minute INTEGER NOT NULL
 );
+
+CREATE TABLE IF NOT EXISTS members (
+    owner      TEXT    PRIMARY KEY,
+    expires_ms INTEGER NOT NULL
+);
 "#;
 
 /// What `meta` holds.
