@@ -77,3 +77,27 @@ impl StoreError {
 
 /// Result of a store call.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A configuration value refused before a component starts, naming the component and the
+/// field, so the operator knows which flag or variable to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {component} config `{field}`: {message}")]
+pub struct ConfigError {
+    /// The component whose config it is: `poller`, `worker`.
+    pub component: &'static str,
+    /// The field at fault.
+    pub field: &'static str,
+    /// Why it is refused.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// A refusal of `component`'s `field`.
+    pub fn new(component: &'static str, field: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            component,
+            field,
+            message: message.into(),
+        }
+    }
+}

@@ -21,6 +21,6 @@ pub mod validate;
 pub mod testkit;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{StoreError, StoreResult};
+pub use error::{ConfigError, StoreError, StoreResult};
 pub use store::{Backend, LeaseStore, ReadyQueue, TaskStore};
 pub use task::{Backoff, NewTask, Target, TargetKind, Task, TaskStatus, Transition};

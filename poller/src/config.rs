@@ -1,6 +1,8 @@
 //! The poller's one config struct: every field documented with its default, defaults as
 //! named constants, and a `validate()` that names the field at fault.
 
+pub use punctual_core::ConfigError;
+
 /// Default time between ticks: 1 s, the scheduler's promised precision.
 pub const DEFAULT_TICK_MS: u64 = 1_000;
 /// Default lease duration: 10 s. A dead poller's shards are taken over within about this long.
@@ -14,23 +16,9 @@ pub const DEFAULT_SEND_BATCH: usize = 10;
 /// Default most non-empty index pages one shard dispatches per tick.
 pub const DEFAULT_MAX_PAGES_PER_TICK: usize = 100;
 
-/// A configuration value refused by [`PollerConfig::validate`], naming the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid poller config `{field}`: {message}")]
-pub struct ConfigError {
-    /// The field at fault.
-    pub field: &'static str,
-    /// Why it is refused.
-    pub message: String,
-}
-
-impl ConfigError {
-    fn new(field: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            field,
-            message: message.into(),
-        }
-    }
+/// A refusal of this component's `field`.
+fn invalid(field: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::new("poller", field, message)
 }
 
 /// How one poller behaves.
@@ -86,28 +74,28 @@ impl PollerConfig {
     /// Checks every field; the error names the first one at fault.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.owner.trim().is_empty() {
-            return Err(ConfigError::new("owner", "must not be empty"));
+            return Err(invalid("owner", "must not be empty"));
         }
         if self.tick_ms == 0 {
-            return Err(ConfigError::new("tick_ms", "must be positive"));
+            return Err(invalid("tick_ms", "must be positive"));
         }
         if self.lease_ttl_ms <= 0 {
-            return Err(ConfigError::new("lease_ttl_ms", "must be positive"));
+            return Err(invalid("lease_ttl_ms", "must be positive"));
         }
         if self.skew_ms < 0 {
-            return Err(ConfigError::new("skew_ms", "must not be negative"));
+            return Err(invalid("skew_ms", "must not be negative"));
         }
         if self.page == 0 {
-            return Err(ConfigError::new("page", "must be positive"));
+            return Err(invalid("page", "must be positive"));
         }
         if self.send_batch == 0 {
-            return Err(ConfigError::new("send_batch", "must be positive"));
+            return Err(invalid("send_batch", "must be positive"));
         }
         if self.max_pages_per_tick == 0 {
-            return Err(ConfigError::new("max_pages_per_tick", "must be positive"));
+            return Err(invalid("max_pages_per_tick", "must be positive"));
         }
         if self.max_shards == Some(0) {
-            return Err(ConfigError::new(
+            return Err(invalid(
                 "max_shards",
                 "must be positive (leave it unset for a fair share)",
             ));
@@ -121,7 +109,7 @@ impl PollerConfig {
             .saturating_add(self.renew_every_ms())
             .saturating_add(tick);
         if self.lease_ttl_ms <= needed {
-            return Err(ConfigError::new(
+            return Err(invalid(
                 "lease_ttl_ms",
                 format!(
                     "must exceed skew_ms + lease_ttl_ms/3 + tick_ms = {needed} ms, or leases lapse \

@@ -12,6 +12,7 @@
 //! - A received message stays hidden for `visibility_ms`; it must not reappear while its claim
 //!   can still be live, or a second worker would find the task `RUNNING` for nothing.
 
+pub use punctual_core::ConfigError;
 use std::time::Duration;
 
 /// Default number of runs in flight at once: 64.
@@ -96,42 +97,28 @@ impl Default for WorkerConfig {
     }
 }
 
-/// A config value refused, naming the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker config {field}: {message}")]
-pub struct ConfigError {
-    /// The field at fault.
-    pub field: &'static str,
-    /// Why it is refused.
-    pub message: String,
-}
-
-impl ConfigError {
-    fn new(field: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            field,
-            message: message.into(),
-        }
-    }
+/// A refusal of this component's `field`.
+fn invalid(field: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::new("worker", field, message)
 }
 
 impl WorkerConfig {
     /// Checks each field and the nesting of the timeouts.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.concurrency == 0 {
-            return Err(ConfigError::new("concurrency", "must be at least 1"));
+            return Err(invalid("concurrency", "must be at least 1"));
         }
         if !(1..=MAX_BATCH).contains(&self.batch) {
-            return Err(ConfigError::new(
+            return Err(invalid(
                 "batch",
                 format!("must be between 1 and {MAX_BATCH}"),
             ));
         }
         if self.http_timeout_ms == 0 {
-            return Err(ConfigError::new("http_timeout_ms", "must be positive"));
+            return Err(invalid("http_timeout_ms", "must be positive"));
         }
         if self.run_timeout_ms <= 0 || self.run_timeout_ms as u64 <= self.http_timeout_ms {
-            return Err(ConfigError::new(
+            return Err(invalid(
                 "run_timeout_ms",
                 format!(
                     "must exceed http_timeout_ms ({}), so a run can record its outcome before \
@@ -141,7 +128,7 @@ impl WorkerConfig {
             ));
         }
         if self.visibility_ms < self.run_timeout_ms || self.visibility_ms > MAX_VISIBILITY_MS {
-            return Err(ConfigError::new(
+            return Err(invalid(
                 "visibility_ms",
                 format!(
                     "must be between run_timeout_ms ({}) and {MAX_VISIBILITY_MS}, so a message \
@@ -151,7 +138,7 @@ impl WorkerConfig {
             ));
         }
         if !(0..=MAX_VISIBILITY_MS).contains(&self.long_backoff_ms) {
-            return Err(ConfigError::new(
+            return Err(invalid(
                 "long_backoff_ms",
                 format!(
                     "must be between 0 and {MAX_VISIBILITY_MS} (the longest visibility timeout)"
@@ -159,7 +146,7 @@ impl WorkerConfig {
             ));
         }
         if !(0..=MAX_WAIT_MS).contains(&self.wait_ms) {
-            return Err(ConfigError::new(
+            return Err(invalid(
                 "wait_ms",
                 format!("must be between 0 and {MAX_WAIT_MS}"),
             ));
