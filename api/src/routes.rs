@@ -19,8 +19,8 @@ use crate::extract::{ApiJson, OptionalJson, query_pairs};
 use crate::service;
 use crate::view::{
     BatchRequest, BatchResponse, CancelRequest, DeadLetterView, DlqPage, Health, LetterReplayView,
-    Ready, RedriveRequest, RedriveView, RescheduleRequest, ShardView, ShardsView, StatsView,
-    TaskListQuery, TaskPage, TaskView, UpdateTaskRequest,
+    PollerView, Ready, RedriveRequest, RedriveView, RescheduleRequest, ShardView, ShardsView,
+    StatsView, TaskListQuery, TaskPage, TaskView, UpdateTaskRequest,
 };
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -412,14 +412,25 @@ pub(crate) async fn redrive(
     ))
 }
 
-/// Every shard's lease: owner, epoch, expiry and watermark.
+/// Every shard's lease (owner, epoch, expiry and watermark), and every poller with the shards
+/// it holds.
 #[utoipa::path(get, path = "/v1/shards", tag = OPS,
-    responses((status = 200, description = "The leases", body = ShardsView)))]
+    responses((status = 200, description = "The leases and the pollers", body = ShardsView)))]
 pub(crate) async fn shards(State(state): State<ApiState>) -> ApiResult<Json<ShardsView>> {
     let now_ms = state.now_ms();
     let leases = service::list_shards(&state).await?;
+    let pollers = service::list_pollers(&state, &leases).await?;
     Ok(Json(ShardsView {
         shard_count: state.backend.tasks.shard_count(),
+        pollers: pollers
+            .into_iter()
+            .map(|p| PollerView {
+                owner: p.owner,
+                live: p.live,
+                shards_held: p.shards_held,
+                presence_expires_at: p.presence_expires_ms.map(format_rfc3339),
+            })
+            .collect(),
         leases: leases
             .into_iter()
             .map(|l| ShardView {

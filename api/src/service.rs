@@ -744,6 +744,54 @@ pub async fn list_shards(state: &ApiState) -> Result<Vec<Lease>, ApiError> {
     Ok(leases)
 }
 
+/// One poller as the operators see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollerInfo {
+    /// Its name in the leases.
+    pub owner: String,
+    /// Announced now (its presence has not lapsed), or holding a live lease.
+    pub live: bool,
+    /// When its presence lapses unless it beats again; `None` if it holds leases without
+    /// having announced itself.
+    pub presence_expires_ms: Option<i64>,
+    /// Shards it holds now (unexpired leases).
+    pub shards_held: usize,
+}
+
+/// Every poller that announced itself (a lapsed one until a peer forgets it) or holds a live
+/// lease in `leases`, live ones first, then by name. A live poller holding nothing is a
+/// standby or is waiting for its share.
+pub async fn list_pollers(state: &ApiState, leases: &[Lease]) -> Result<Vec<PollerInfo>, ApiError> {
+    let now = state.now_ms();
+    let mut pollers: HashMap<String, PollerInfo> = HashMap::new();
+    for m in state.backend.leases.member_list().await? {
+        pollers.insert(
+            m.owner.clone(),
+            PollerInfo {
+                owner: m.owner,
+                live: m.expires_ms > now,
+                presence_expires_ms: Some(m.expires_ms),
+                shards_held: 0,
+            },
+        );
+    }
+    for lease in leases.iter().filter(|l| l.expires_ms > now) {
+        let p = pollers
+            .entry(lease.owner.clone())
+            .or_insert_with(|| PollerInfo {
+                owner: lease.owner.clone(),
+                live: true,
+                presence_expires_ms: None,
+                shards_held: 0,
+            });
+        p.live = true;
+        p.shards_held += 1;
+    }
+    let mut pollers: Vec<PollerInfo> = pollers.into_values().collect();
+    pollers.sort_by(|a, b| b.live.cmp(&a.live).then_with(|| a.owner.cmp(&b.owner)));
+    Ok(pollers)
+}
+
 /// The store and the queue answer: one task read and one queue count.
 pub async fn ready(state: &ApiState) -> Result<QueueDepth, ApiError> {
     state.backend.tasks.task_get("readyz-probe").await?;

@@ -381,6 +381,20 @@ pub struct ShardView {
     pub watermark: String,
 }
 
+/// One poller: its presence and how many shards it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PollerView {
+    /// Its name in the leases.
+    pub owner: String,
+    /// Announced now, or holding a live lease. A live poller holding nothing is a standby.
+    pub live: bool,
+    /// Shards it holds now.
+    pub shards_held: usize,
+    /// When its presence lapses unless it beats again, RFC 3339; `null` if it holds leases
+    /// without having announced itself.
+    pub presence_expires_at: Option<String>,
+}
+
 /// `GET /v1/shards` answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ShardsView {
@@ -388,6 +402,9 @@ pub struct ShardsView {
     pub shard_count: u32,
     /// Leases that exist (a shard never leased has none).
     pub leases: Vec<ShardView>,
+    /// Pollers that announced themselves (a lapsed one until a peer forgets it, ten minutes
+    /// on) or hold a live lease: live ones first.
+    pub pollers: Vec<PollerView>,
 }
 
 /// Messages waiting in the ready queue and the DLQ.

@@ -103,7 +103,7 @@ pub struct OverviewParams {
     refresh: Option<u32>,
 }
 
-/// `GET /console`: counts, the chart, firing, the DLQ and the shards; `?refresh=N` reloads it
+/// `GET /console`: counts, the chart, firing, the DLQ, the pollers and the shards; `?refresh=N` reloads it
 /// every N seconds.
 pub async fn overview(ctx: PageCtx, Query(params): Query<OverviewParams>) -> Response {
     let refresh = params.refresh.map(|s| s.clamp(5, 3_600));
@@ -114,6 +114,10 @@ pub async fn overview(ctx: PageCtx, Query(params): Query<OverviewParams>) -> Res
     };
     let shards = match service::list_shards(api).await {
         Ok(s) => s,
+        Err(e) => return service_error(&e),
+    };
+    let pollers = match service::list_pollers(api, &shards).await {
+        Ok(p) => p,
         Err(e) => return service_error(&e),
     };
     let now = ctx.now_ms;
@@ -181,6 +185,24 @@ pub async fn overview(ctx: PageCtx, Query(params): Query<OverviewParams>) -> Res
                 }
             })
             .collect_view();
+        let poller_rows = pollers
+            .into_iter()
+            .map(|p| {
+                let state = match (p.live, p.shards_held) {
+                    (false, _) => "gone",
+                    (true, 0) => "standby",
+                    (true, _) => "polling",
+                };
+                view! {
+                    <tr class={if p.live { "" } else { "dim" }}>
+                        <td class="mono">{p.owner}</td>
+                        <td>{state}</td>
+                        <td class="num">{p.shards_held.to_string()}</td>
+                        <td>{p.presence_expires_ms.map_or_else(|| "—".into_any(), |ms| time_cell(ms, now).into_any())}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
         view! {
             <div class="page-head">
                 <h1>"Overview"</h1>
@@ -232,6 +254,16 @@ pub async fn overview(ctx: PageCtx, Query(params): Query<OverviewParams>) -> Res
                         <span class={if held < shard_count { "value bad" } else { "value" }}>{format!("{held} / {shard_count}")}</span>
                         <span class="sub">"leases live now"</span></div>
                 </div>
+            </section>
+            <section aria-labelledby="pollers-h">
+                <h2 id="pollers-h">"Pollers"</h2>
+                <table class="grid">
+                    <thead><tr>
+                        <th>"Poller"</th><th>"State"</th><th class="num">"Shards held"</th>
+                        <th>"Presence expires (UTC)"</th>
+                    </tr></thead>
+                    <tbody>{poller_rows}</tbody>
+                </table>
             </section>
             <section aria-labelledby="shards-h">
                 <h2 id="shards-h">"Shards"</h2>

@@ -2,7 +2,8 @@
 
 use axum::http::Method;
 use punctual_core::store::{
-    Completion, LeaseAcquire, QueueDeadLetter, QueueReceive, QueueSend, TaskClaim, TaskComplete,
+    Completion, LeaseAcquire, MemberBeat, QueueDeadLetter, QueueReceive, QueueSend, TaskClaim,
+    TaskComplete,
 };
 use punctual_core::testkit::T0;
 use punctual_core::validate::format_rfc3339;
@@ -289,6 +290,36 @@ async fn shards_stats_ready_and_metrics() {
     assert_eq!(body["leases"][0]["owner"], "poller-a");
     assert_eq!(body["leases"][0]["held"], true);
     assert_eq!(body["leases"][0]["epoch"], 1);
+    // poller-a holds a lease without having announced itself; b announced itself and holds
+    // nothing (a standby); c's presence lapsed.
+    assert_eq!(
+        body["pollers"],
+        json!([{
+            "owner": "poller-a", "live": true, "shards_held": 1, "presence_expires_at": null
+        }])
+    );
+    for (owner, now_ms) in [("poller-b", T0), ("poller-c", T0 - 60_000)] {
+        env.backend
+            .leases
+            .member_beat(MemberBeat {
+                owner: owner.into(),
+                ttl_ms: 10_000,
+                now_ms,
+            })
+            .await
+            .unwrap();
+    }
+    let body = env.get("/v1/shards").await.ok(200).clone();
+    assert_eq!(
+        body["pollers"],
+        json!([
+            {"owner": "poller-a", "live": true, "shards_held": 1, "presence_expires_at": null},
+            {"owner": "poller-b", "live": true, "shards_held": 0,
+             "presence_expires_at": format_rfc3339(T0 + 10_000)},
+            {"owner": "poller-c", "live": false, "shards_held": 0,
+             "presence_expires_at": format_rfc3339(T0 - 50_000)},
+        ])
+    );
 
     dead_task(&env, "d-1").await;
     env.state
