@@ -117,13 +117,17 @@ async fn a_thousand_one_shot_tasks_cost_what_the_budget_says() {
     ));
     let started = Instant::now();
     let mut done = HashSet::new();
+    // A message seen again (its visibility lapsed on a slow machine, or SQS delivered it
+    // twice) costs one more conditional claim UpdateItem, refused or taking over: at-least-once
+    // at work, not the protocol's steady cost. Counted so the bounds below allow exactly those.
+    let mut extra = 0;
     while done.len() < n {
         let left = Duration::from_secs(120).saturating_sub(started.elapsed());
         match tokio::time::timeout(left, rx.recv()).await {
             Ok(Some(WorkerEvent::Succeeded { task_id, .. })) => {
                 done.insert(task_id);
             }
-            Ok(Some(_)) => {}
+            Ok(Some(e)) => extra += extra_updates(&e),
             other => panic!("only {} of {n} succeeded: {other:?}", done.len()),
         }
     }
@@ -131,6 +135,11 @@ async fn a_thousand_one_shot_tasks_cost_what_the_budget_says() {
     stop.cancel();
     poller.await.unwrap().unwrap();
     worker.await.unwrap().unwrap();
+    while let Some(e) = rx.recv().await {
+        extra += extra_updates(&e);
+    }
+    // One Fired per task is the steady claim.
+    let redelivered = extra - n;
     let total = counter.snapshot();
     let units = counter.units();
 
@@ -215,17 +224,32 @@ async fn a_thousand_one_shot_tasks_cost_what_the_budget_says() {
     // What the store does per task is fixed by the protocol: one PutItem, at most one mark and
     // one claim and one completion UpdateItem on the tasks table, SQS in batches of 10.
     assert!((per("DynamoDB.PutItem tasks") - 1.0).abs() < 1e-9);
-    assert!(per("DynamoDB.UpdateItem tasks") <= 3.0 + 1e-9);
+    println!("task UpdateItems beyond the steady three, from redeliveries: {redelivered}");
+    let extra = redelivered as f64 / n as f64;
+    assert!(per("DynamoDB.UpdateItem tasks") <= 3.0 + extra + 1e-9);
     assert!(per("SQS.SendMessageBatch") <= 0.2, "sends are batched");
     assert!(per("DynamoDB.Scan") == 0.0, "never a Scan");
     // The budget of DESIGN.md (5 WRU, 1 RRU, 0.35 SQS requests per task). The write budget is
     // a protocol matter (the poller's mark); report, and hold the parts this store controls.
     assert!(rru_t <= 1.0, "reads over budget: {rru_t:.3} RRU per task");
     assert!(
-        wru_tasks_table / n as f64 <= 6.0 + 1e-9,
+        wru_tasks_table / n as f64 <= 6.0 + extra + 1e-9,
         "writes: {wru_tasks_table}"
     );
     assert!(cost < SCHEDULER_PRICE * 5.0);
+}
+
+/// The task UpdateItems an event adds beyond the steady mark, claim and completion: a claim
+/// refused or deferred (a redelivered message), a completion refused because the claim had
+/// lapsed, and a run's claim, counted here once per `Fired` (the test subtracts one per task).
+fn extra_updates(e: &WorkerEvent) -> usize {
+    match e {
+        WorkerEvent::Dropped { .. }
+        | WorkerEvent::Deferred { .. }
+        | WorkerEvent::ClaimLost { .. }
+        | WorkerEvent::Fired { .. } => 1,
+        _ => 0,
+    }
 }
 
 /// A million tasks due in the same minute spread evenly over `shard_count` index partition
