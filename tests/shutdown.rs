@@ -1,5 +1,6 @@
-//! SIGTERM stops `punctual serve` cleanly: it stops polling, releases its shard leases so a
-//! successor starts at once, lets in-flight tasks finish, and exits with status 0.
+//! SIGTERM stops `punctual serve` cleanly: it stops polling, releases its shard leases and
+//! withdraws its presence so a successor starts at once, lets in-flight tasks finish, and
+//! exits with status 0.
 
 mod support;
 
@@ -42,5 +43,11 @@ async fn sigterm_exits_cleanly_and_releases_leases() {
     assert!(
         leases.iter().all(|l| l.expires_ms <= now),
         "every lease released on shutdown: {leases:?}"
+    );
+    let members = backend.leases.member_list().await.unwrap();
+    assert_eq!(
+        members,
+        vec![],
+        "its presence withdrawn: peers stop counting it at once"
     );
 }
