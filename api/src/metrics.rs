@@ -87,11 +87,25 @@ pub enum Happened {
     Dead,
 }
 
-/// The last minute of firing, in one-second slots.
+/// The last minute of firing in one-second slots, and the last hour in one-minute slots
+/// with a lag histogram. One lock over both: a fired task takes it once, on the worker's
+/// completion path.
 #[derive(Debug)]
 pub struct Activity {
-    slots: Mutex<[Slot; SLOTS]>,
-    minutes: Mutex<Vec<MinuteSlot>>,
+    slots: Mutex<Slots>,
+}
+
+#[derive(Debug)]
+struct Slots {
+    seconds: [Slot; SLOTS],
+    minutes: Vec<MinuteSlot>,
+}
+
+impl Activity {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
+        // A panic elsewhere while holding the lock leaves counters, never a broken invariant.
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Default for Activity {
@@ -104,21 +118,21 @@ impl Activity {
     /// An empty record.
     pub fn new() -> Self {
         Self {
-            slots: Mutex::new(
-                [Slot {
+            slots: Mutex::new(Slots {
+                seconds: [Slot {
                     second: i64::MIN,
                     ..Slot::default()
                 }; SLOTS],
-            ),
-            minutes: Mutex::new(vec![MinuteSlot::EMPTY; MINUTES]),
+                minutes: vec![MinuteSlot::EMPTY; MINUTES],
+            }),
         }
     }
 
     /// Records one event at `now_ms`.
     pub fn record(&self, now_ms: i64, what: Happened) {
         let second = now_ms.div_euclid(1_000);
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = &mut slots[second.rem_euclid(SLOTS as i64) as usize];
+        let mut slots = self.lock();
+        let slot = &mut slots.seconds[second.rem_euclid(SLOTS as i64) as usize];
         if slot.second != second {
             *slot = Slot {
                 second,
@@ -135,11 +149,9 @@ impl Activity {
             Happened::Retried => slot.retried += 1,
             Happened::Dead => slot.dead += 1,
         }
-        drop(slots);
         if let Happened::Fired { lag_ms } = what {
             let minute = now_ms.div_euclid(60_000);
-            let mut minutes = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
-            let m = &mut minutes[minute.rem_euclid(MINUTES as i64) as usize];
+            let m = &mut slots.minutes[minute.rem_euclid(MINUTES as i64) as usize];
             if m.minute != minute {
                 *m = MinuteSlot {
                     minute,
@@ -155,10 +167,10 @@ impl Activity {
     /// first.
     pub fn minutes(&self, now_ms: i64) -> Vec<MinuteActivity> {
         let now_minute = now_ms.div_euclid(60_000);
-        let minutes = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = self.lock();
         (now_minute - MINUTES as i64 + 1..=now_minute)
             .map(|minute| {
-                let m = &minutes[minute.rem_euclid(MINUTES as i64) as usize];
+                let m = &slots.minutes[minute.rem_euclid(MINUTES as i64) as usize];
                 MinuteActivity {
                     minute,
                     fired: if m.minute == minute { m.fired } else { 0 },
@@ -173,10 +185,11 @@ impl Activity {
     pub fn recent(&self, now_ms: i64, minutes: u32) -> RecentFiring {
         let n = (minutes.clamp(1, MINUTES as u32)) as i64;
         let now_minute = now_ms.div_euclid(60_000);
-        let slots = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = self.lock();
         let mut lag = [0u64; LAG_BUCKETS];
         let mut fired = 0u64;
         for s in slots
+            .minutes
             .iter()
             .filter(|s| s.minute <= now_minute && s.minute > now_minute - n)
         {
@@ -200,7 +213,7 @@ impl Activity {
     /// The 60 s before `now_ms`.
     pub fn snapshot(&self, now_ms: i64) -> ActivityView {
         let now_s = now_ms.div_euclid(1_000);
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = self.lock();
         let mut v = ActivityView {
             fired_last_minute: 0,
             fire_rate_per_s: 0.0,
@@ -212,6 +225,7 @@ impl Activity {
         };
         let mut lag_sum = 0i64;
         for s in slots
+            .seconds
             .iter()
             .filter(|s| now_s.saturating_sub(s.second) < SLOTS as i64 && s.second <= now_s)
         {
