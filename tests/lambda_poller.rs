@@ -158,6 +158,14 @@ fn logged(deps: PollerDeps) -> (PollerDeps, EventLog) {
     (deps, log)
 }
 
+/// The shards `pick` finds in a log's events, with when each happened.
+fn lease_moves(log: &EventLog, pick: impl Fn(&PollerEvent) -> Option<u32>) -> Vec<(u32, Instant)> {
+    let log = log.lock().unwrap();
+    log.iter()
+        .filter_map(|(e, at)| pick(e).map(|shard| (shard, *at)))
+        .collect()
+}
+
 #[tokio::test]
 async fn overlapping_invocations_hand_shards_over_by_release_not_by_expiry() {
     let (_dir, backend) = setup();
@@ -177,24 +185,14 @@ async fn overlapping_invocations_hand_shards_over_by_release_not_by_expiry() {
     let b_report = b.await.unwrap().unwrap();
     assert_eq!(b_report.acquired, SHARDS as usize, "{b_report:?}");
     assert_eq!(b_report.released, SHARDS as usize, "{b_report:?}");
-    let released_by_a: Vec<(u32, Instant)> = a_log
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|(e, at)| match e {
-            PollerEvent::LeaseReleased { shard, .. } => Some((*shard, *at)),
-            _ => None,
-        })
-        .collect();
-    let acquired_by_b: Vec<(u32, Instant)> = b_log
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|(e, at)| match e {
-            PollerEvent::LeaseAcquired { shard, .. } => Some((*shard, *at)),
-            _ => None,
-        })
-        .collect();
+    let released_by_a = lease_moves(&a_log, |e| match e {
+        PollerEvent::LeaseReleased { shard, .. } => Some(*shard),
+        _ => None,
+    });
+    let acquired_by_b = lease_moves(&b_log, |e| match e {
+        PollerEvent::LeaseAcquired { shard, .. } => Some(*shard),
+        _ => None,
+    });
     assert_eq!(acquired_by_b.len(), SHARDS as usize);
     let shed_early = released_by_a.iter().filter(|(_, at)| *at < a_done).count();
     assert!(shed_early > 0, "A shed some shards to B before stopping");

@@ -185,9 +185,8 @@ async fn the_watermark_advances_over_empty_buckets_and_persists_for_the_next_own
     assert_eq!(lease.watermark_minute, final_watermark);
 }
 
-#[tokio::test]
-async fn two_pollers_split_shards_fairly_and_a_standby_takes_everything() {
-    let env = setup(16);
+/// Pollers "a" and "b" started together on 16 shards, after three rounds: 8 each, disjoint.
+async fn two_pollers_split_16(env: &Env) -> (Poller, Poller) {
     let mut a = env.poller(config("a"));
     let mut b = env.poller(config("b"));
     for _ in 0..3 {
@@ -198,6 +197,14 @@ async fn two_pollers_split_shards_fairly_and_a_standby_takes_everything() {
     let (ha, hb) = (a.leases().held(), b.leases().held());
     assert_eq!((ha.len(), hb.len()), (8, 8), "{ha:?} {hb:?}");
     assert!(ha.iter().all(|s| !hb.contains(s)));
+    (a, b)
+}
+
+#[tokio::test]
+async fn two_pollers_split_shards_fairly_and_a_standby_takes_everything() {
+    let env = setup(16);
+    let (a, mut b) = two_pollers_split_16(&env).await;
+    let ha = a.leases().held();
 
     // A stops; when its leases expire B takes all of them in one tick.
     let mut took_over = None;
@@ -630,14 +637,7 @@ async fn a_poller_holding_nothing_is_counted_and_gets_its_share() {
 #[tokio::test]
 async fn a_crashed_pollers_presence_stops_counting_then_is_forgotten() {
     let env = setup(16);
-    let mut a = env.poller(config("a"));
-    let mut b = env.poller(config("b"));
-    for _ in 0..3 {
-        a.tick().await;
-        b.tick().await;
-        env.clock.advance(1_000);
-    }
-    assert_eq!((a.leases().held().len(), b.leases().held().len()), (8, 8));
+    let (mut a, b) = two_pollers_split_16(&env).await;
     drop(b); // a crash: no release, no withdrawal
 
     // Once B's leases and presence lapse, A takes everything.
