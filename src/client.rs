@@ -208,6 +208,8 @@ pub enum ClientCommand {
     Task(TaskCommand),
     /// `punctual dlq …`
     Dlq(DlqCommand),
+    /// `punctual status`: the cluster at a glance.
+    Status,
 }
 
 /// Why a command failed.
@@ -627,5 +629,71 @@ pub async fn run(
             )?;
             Ok(())
         }
+        ClientCommand::Status => {
+            let stats = api.call(M::GET, "/v1/stats", None).await?;
+            let shards = api.call(M::GET, "/v1/shards", None).await?;
+            if args.json {
+                return Ok(print_json(out, &json!({"stats": stats, "shards": shards}))?);
+            }
+            print_status(out, &stats, &shards)?;
+            Ok(())
+        }
     }
+}
+
+/// `punctual status`: counts, queues, shards held, then one row per poller.
+fn print_status(out: &mut dyn Write, stats: &Value, shards: &Value) -> std::io::Result<()> {
+    if stats["counts"].is_object() {
+        let statuses = punctual_core::task::ALL_STATUSES.map(|st| st.as_str());
+        let row = statuses.iter().map(|k| s(&stats["counts"][k])).collect();
+        table(out, &statuses, &[row])?;
+    } else {
+        writeln!(out, "counts by status: not kept by this backend")?;
+    }
+    writeln!(out)?;
+    let queue = &stats["queue"];
+    let held = |k: &str| s(&stats[k]);
+    table(
+        out,
+        &[
+            "READY",
+            "IN FLIGHT",
+            "DEAD LETTERS",
+            "SHARDS HELD",
+            "FIRED LAST MIN",
+        ],
+        &[vec![
+            s(&queue["ready"]),
+            s(&queue["in_flight"]),
+            s(&queue["dead"]),
+            format!("{} / {}", held("shards_held"), held("shard_count")),
+            s(&stats["activity"]["fired_last_minute"]),
+        ]],
+    )?;
+    writeln!(out)?;
+    let pollers = shards["pollers"].as_array().cloned().unwrap_or_default();
+    if pollers.is_empty() {
+        return writeln!(out, "no poller has announced itself");
+    }
+    let rows: Vec<Vec<String>> = pollers
+        .iter()
+        .map(|p| {
+            let state = match (p["live"].as_bool(), p["shards_held"].as_u64()) {
+                (Some(false), _) => "gone",
+                (_, Some(0)) => "standby",
+                _ => "polling",
+            };
+            vec![
+                s(&p["owner"]),
+                state.to_owned(),
+                s(&p["shards_held"]),
+                s(&p["presence_expires_at"]),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["POLLER", "STATE", "SHARDS", "PRESENCE EXPIRES"],
+        &rows,
+    )
 }

@@ -46,6 +46,12 @@ enum Command {
         #[command(subcommand)]
         command: punctual::client::DlqCommand,
     },
+    /// Show the cluster at a glance through the REST API: tasks by status, queue and DLQ
+    /// depth, shards held, and every poller (polling, standby or gone).
+    Status {
+        #[command(flatten)]
+        client: punctual::client::ClientArgs,
+    },
 }
 
 #[derive(Debug, Args, Clone)]
@@ -222,6 +228,9 @@ fn main() -> std::process::ExitCode {
             }
             Some(Command::Dlq { client, command }) => {
                 client_command(client, punctual::client::ClientCommand::Dlq(command)).await
+            }
+            Some(Command::Status { client }) => {
+                client_command(client, punctual::client::ClientCommand::Status).await
             }
         }
     });

@@ -660,3 +660,80 @@ async fn task_list_filters_and_dlq_purge() {
     assert!(again.is_err(), "a second purge finds nothing");
     stop.cancel();
 }
+
+#[tokio::test]
+async fn status_shows_counts_queues_and_every_poller() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let url = start(dir.path(), &stop).await;
+    let table = args(&url, API_KEY, false);
+    out(
+        &table,
+        ClientCommand::Task(TaskCommand::Create {
+            id: Some("s-1".into()),
+            when: when("1h"),
+            webhook: None,
+            log: true,
+            handler: None,
+            payload: None,
+            max_attempts: None,
+        }),
+    )
+    .await;
+    let text = out(&table, ClientCommand::Status).await;
+    assert!(text.contains("no poller has announced itself"), "{text}");
+
+    // A poller holding one shard (from another process: the same file) and a standby.
+    let backend = punctual::open_embedded(dir.path(), 16).unwrap();
+    let t = now();
+    backend
+        .leases
+        .lease_acquire(punctual_core::store::LeaseAcquire {
+            shard: 0,
+            owner: "poller-a".into(),
+            ttl_ms: 60_000,
+            now_ms: t,
+        })
+        .await
+        .unwrap();
+    for owner in ["poller-a", "poller-b"] {
+        backend
+            .leases
+            .member_beat(punctual_core::store::MemberBeat {
+                owner: owner.into(),
+                ttl_ms: 60_000,
+                now_ms: t,
+            })
+            .await
+            .unwrap();
+    }
+    let text = out(&table, ClientCommand::Status).await;
+    let lines: Vec<&str> = text.lines().collect();
+    let words = |i: usize| lines[i].split_whitespace().collect::<Vec<_>>();
+    assert_eq!(
+        words(0),
+        [
+            "SCHEDULED",
+            "DISPATCHED",
+            "RUNNING",
+            "RETRY_WAIT",
+            "SUCCEEDED",
+            "DEAD",
+            "CANCELLED"
+        ],
+        "{text}"
+    );
+    assert_eq!(words(1), ["1", "0", "0", "0", "0", "0", "0"], "{text}");
+    assert_eq!(words(4), ["0", "0", "0", "1", "/", "16", "0"], "{text}");
+    assert_eq!(words(7)[..3], ["poller-a", "polling", "1"], "{text}");
+    assert_eq!(words(8)[..3], ["poller-b", "standby", "0"], "{text}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&out(&args(&url, API_KEY, true), ClientCommand::Status).await)
+            .unwrap();
+    assert_eq!(json["stats"]["counts"]["SCHEDULED"], 1);
+    assert_eq!(json["shards"]["pollers"][1]["owner"], "poller-b");
+    // A viewer may look.
+    out(&args(&url, "viewer-key", false), ClientCommand::Status).await;
+    stop.cancel();
+}
