@@ -12,6 +12,7 @@
 use std::io::Write;
 
 use clap::{Args, Subcommand};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
 
 /// Where the server is, and how to talk to it.
@@ -290,16 +291,17 @@ impl Api {
     }
 }
 
-/// A path segment, escaped.
+/// Everything but RFC 3986's unreserved characters is escaped in a path segment or a query
+/// value.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// A path segment or query value, escaped.
 fn seg(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 fn page_query(limit: usize, after: Option<&str>) -> String {
@@ -696,4 +698,16 @@ fn print_status(out: &mut dyn Write, stats: &Value, shards: &Value) -> std::io::
         &["POLLER", "STATE", "SHARDS", "PRESENCE EXPIRES"],
         &rows,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seg;
+
+    #[test]
+    fn segments_escape_all_but_unreserved_characters() {
+        assert_eq!(seg("inv-42_a.b~c"), "inv-42_a.b~c");
+        assert_eq!(seg("a b/c?d#e&f=g"), "a%20b%2Fc%3Fd%23e%26f%3Dg");
+        assert_eq!(seg("ü"), "%C3%BC");
+    }
 }
