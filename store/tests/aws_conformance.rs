@@ -184,6 +184,80 @@ async fn init_creates_the_status_index_and_adds_it_to_an_older_table() {
     assert_eq!(status_index_of(ddb, &table).await, None);
     init(old.clone()).await;
     assert_eq!(status_index_of(ddb, &table).await, expected);
-    init(old).await; // and again: nothing to do
+    init(old.clone()).await; // and again: nothing to do
     assert_eq!(status_index_of(ddb, &table).await, expected);
+
+    // A task cancelled before the index existed has no `status_part`, and the meta item of
+    // such a deployment no `status_index_filled`: made so by hand here. `init` backfills it
+    // once, and listing by status finds it.
+    use punctual_core::TaskStore;
+    use punctual_core::store::{TaskCancel, TaskFilter, TaskList, TaskPut};
+    use punctual_core::testkit::task;
+    use punctual_store::aws::AwsStore;
+    use punctual_store::aws::names::{LEASE_PK, LEASE_SK, META_PARTITION, STATUS_INDEX_FILLED};
+    let store = AwsStore::open(
+        clients.clone(),
+        AwsOptions {
+            prefix: old.clone(),
+            ..AwsOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    for id in ["old-cancelled", "old-waiting"] {
+        let new = task().id(id).due_in(60_000).build();
+        store
+            .task_put(TaskPut {
+                task: new,
+                now_ms: T0,
+            })
+            .await
+            .unwrap();
+    }
+    store
+        .task_cancel(TaskCancel {
+            task_id: "old-cancelled".into(),
+            expected_version: None,
+            now_ms: T0,
+        })
+        .await
+        .unwrap();
+    let av = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.to_owned());
+    ddb.update_item()
+        .table_name(&table)
+        .key(TASK_ID, av("old-cancelled"))
+        .update_expression(format!("REMOVE {STATUS_PART}"))
+        .send()
+        .await
+        .unwrap();
+    ddb.update_item()
+        .table_name(ResourceNames::new(&old).leases_table)
+        .key(LEASE_PK, av(META_PARTITION))
+        .key(LEASE_SK, av(META_PARTITION))
+        .update_expression(format!("REMOVE {STATUS_INDEX_FILLED}"))
+        .send()
+        .await
+        .unwrap();
+    let cancelled = || async {
+        let list = TaskList {
+            filter: TaskFilter {
+                status: Some(punctual_core::TaskStatus::Cancelled),
+                ..TaskFilter::default()
+            },
+            after_key: None,
+            limit: 10,
+            now_ms: T0,
+        };
+        let page = store.task_list(list).await.unwrap();
+        page.items
+            .into_iter()
+            .map(|t| t.task_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(cancelled().await, Vec::<String>::new(), "not listed before");
+    let meta = init(old.clone()).await;
+    assert!(meta.status_index_filled);
+    assert_eq!(cancelled().await, vec!["old-cancelled".to_owned()]);
+    let meta = init(old).await; // flag set: no second backfill
+    assert!(meta.status_index_filled);
 }

@@ -10,16 +10,18 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
-    GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
-    ScalarAttributeType, TableStatus, TimeToLiveSpecification,
+    AttributeDefinition, AttributeValue, BillingMode, CreateGlobalSecondaryIndexAction,
+    GlobalSecondaryIndex, GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType,
+    Projection, ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use punctual_core::StoreError;
 use punctual_core::error::StoreResult;
 use punctual_core::keys;
+use punctual_core::task::TaskStatus;
 
-use super::item::{get_n, opt_n};
+use super::item::{get_n, get_s, opt_n};
+use super::list::status_part;
 use super::names::*;
 use super::{AwsOptions, Clients, build_err, check_shards, map_sdk, num, s, sdk_code};
 
@@ -43,6 +45,9 @@ pub struct Meta {
     pub created_minute: i64,
     /// Latest bucket minute a task was filed under, as far as recorded.
     pub max_due_minute: i64,
+    /// Every `DEAD` and `CANCELLED` task is in `by_status` (false on a deployment made
+    /// before that index until `init` has backfilled it).
+    pub status_index_filled: bool,
 }
 
 /// Creates every resource if missing and returns the deployment's meta item.
@@ -67,6 +72,7 @@ pub async fn init(clients: &Clients, opts: &InitOptions) -> StoreResult<Meta> {
         .item(SHARD_COUNT, num(opts.shard_count))
         .item(CREATED_MINUTE, num(minute))
         .item(MAX_DUE_MINUTE, num(minute))
+        .item(STATUS_INDEX_FILLED, AttributeValue::Bool(true))
         .condition_expression("attribute_not_exists(#pk)")
         .expression_attribute_names("#pk", LEASE_PK)
         .send()
@@ -76,12 +82,95 @@ pub async fn init(clients: &Clients, opts: &InitOptions) -> StoreResult<Meta> {
         Err(e) if sdk_code(&e) == Some("ConditionalCheckFailedException") => {}
         Err(e) => return Err(map_sdk("PutItem meta", e)),
     }
-    read_meta(ddb, &names)
+    let meta = read_meta(ddb, &names)
         .await?
         .ok_or_else(|| StoreError::Unavailable {
             message: "meta item missing right after init".into(),
             source: None,
-        })
+        })?;
+    if meta.status_index_filled {
+        return Ok(meta);
+    }
+    backfill_status_index(ddb, &names).await?;
+    ddb.update_item()
+        .table_name(&names.leases_table)
+        .key(LEASE_PK, s(META_PARTITION))
+        .key(LEASE_SK, s(META_PARTITION))
+        .update_expression("SET #f = :t")
+        .expression_attribute_names("#f", STATUS_INDEX_FILLED)
+        .expression_attribute_values(":t", AttributeValue::Bool(true))
+        .send()
+        .await
+        .map_err(|e| map_sdk("UpdateItem meta", e))?;
+    Ok(Meta {
+        status_index_filled: true,
+        ..meta
+    })
+}
+
+/// The one-off migration of a deployment made before `by_status`: gives every `DEAD` and
+/// `CANCELLED` task its `status_part`, so listing by status finds the tasks that ended before
+/// the index existed. An admin operation run once by `init` (the only `Scan` in the backend:
+/// it reads the whole table, filtered server side, a page at a time); each write is
+/// conditional on the task still being in the status read, so a task replayed meanwhile is
+/// left alone. Interrupted, it runs again at the next `init` (the meta flag is set last).
+async fn backfill_status_index(
+    ddb: &aws_sdk_dynamodb::Client,
+    names: &ResourceNames,
+) -> StoreResult<()> {
+    let table = &names.tasks_table;
+    let mut start = None;
+    let (mut examined, mut filled) = (0u64, 0u64);
+    tracing::info!(%table, "backfilling the by_status index (one Scan of the tasks table)");
+    loop {
+        let page = ddb
+            .scan()
+            .table_name(table)
+            .filter_expression("#st IN (:dead, :cancelled) AND attribute_not_exists(#sp)")
+            .projection_expression("#id, #sh, #st")
+            .expression_attribute_names("#st", STATUS)
+            .expression_attribute_names("#sp", STATUS_PART)
+            .expression_attribute_names("#id", TASK_ID)
+            .expression_attribute_names("#sh", SHARD)
+            .expression_attribute_values(":dead", s(TaskStatus::Dead.as_str()))
+            .expression_attribute_values(":cancelled", s(TaskStatus::Cancelled.as_str()))
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| map_sdk("Scan tasks (by_status backfill)", e))?;
+        examined += u64::try_from(page.scanned_count()).unwrap_or(0);
+        for item in page.items() {
+            let status_text = get_s(item, STATUS)?;
+            let status = TaskStatus::parse(status_text).ok_or_else(|| StoreError::Unavailable {
+                message: format!("malformed item attribute {STATUS}: {status_text}"),
+                source: None,
+            })?;
+            let shard: u32 = get_n(item, SHARD)?;
+            let write = ddb
+                .update_item()
+                .table_name(table)
+                .key(TASK_ID, s(get_s(item, TASK_ID)?))
+                .update_expression("SET #sp = :sp")
+                .condition_expression("#st = :st AND attribute_not_exists(#sp)")
+                .expression_attribute_names("#sp", STATUS_PART)
+                .expression_attribute_names("#st", STATUS)
+                .expression_attribute_values(":sp", s(status_part(status, shard)))
+                .expression_attribute_values(":st", s(status_text))
+                .send()
+                .await;
+            match write {
+                Ok(_) => filled += 1,
+                // Replayed, purged or already filled since the page was read.
+                Err(e) if sdk_code(&e) == Some("ConditionalCheckFailedException") => {}
+                Err(e) => return Err(map_sdk("UpdateItem status_part (backfill)", e)),
+            }
+        }
+        tracing::info!(examined, filled, "by_status backfill");
+        start = page.last_evaluated_key.filter(|k| !k.is_empty());
+        if start.is_none() {
+            return Ok(());
+        }
+    }
 }
 
 /// Reads the meta item (strongly consistent).
@@ -106,6 +195,10 @@ pub async fn read_meta(
         shard_count: get_n(&item, SHARD_COUNT)?,
         created_minute,
         max_due_minute: opt_n(&item, MAX_DUE_MINUTE)?.unwrap_or(created_minute),
+        status_index_filled: matches!(
+            item.get(STATUS_INDEX_FILLED),
+            Some(AttributeValue::Bool(true))
+        ),
     }))
 }
 
@@ -211,9 +304,8 @@ fn status_index() -> StoreResult<GlobalSecondaryIndex> {
 }
 
 /// Adds `by_status` to a tasks table made before it existed, and waits until DynamoDB has
-/// filled it. Tasks that were already `DEAD` or `CANCELLED` then carry no `status_part`, so
-/// they are not listed by status until they change again (a replay, or their expiry); new
-/// ones are. Nothing to do on a table that has it.
+/// filled it. Tasks that were already `DEAD` or `CANCELLED` carry no `status_part` yet:
+/// [`backfill_status_index`] gives it to them. Nothing to do on a table that has the index.
 async fn add_status_index(ddb: &aws_sdk_dynamodb::Client, table: &str) -> StoreResult<()> {
     let has = |out: &aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput| {
         out.table

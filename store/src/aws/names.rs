@@ -107,6 +107,9 @@ pub const SHARD_COUNT: &str = "shard_count";
 pub const CREATED_MINUTE: &str = "created_minute";
 /// Meta item: the latest bucket minute any task was filed under (bounds `task_list_pending`).
 pub const MAX_DUE_MINUTE: &str = "max_due_minute";
+/// Meta item: true once every `DEAD` and `CANCELLED` task carries `status_part` (set at
+/// creation; on a deployment made before `by_status`, by `init`'s one-off backfill).
+pub const STATUS_INDEX_FILLED: &str = "status_index_filled";
 
 /// DLQ message attribute: why the worker dead-lettered it.
 pub const MSG_REASON: &str = "reason";
