@@ -39,36 +39,44 @@ fn path_id(path: Result<Path<String>, PathRejection>) -> ApiResult<String> {
     })
 }
 
+/// A page size from the query string.
+fn parse_limit(value: &str, max_page: usize) -> ApiResult<usize> {
+    value.parse::<usize>().map_err(|_| {
+        ApiError::bad_request(
+            "limit",
+            format!("{value:?} is not a number; give 1 to {max_page}"),
+        )
+    })
+}
+
+/// Fills a query parameter's slot, refusing one given twice.
+fn set_once<T>(slot: &mut Option<T>, value: T, name: &str) -> ApiResult<()> {
+    if slot.replace(value).is_some() {
+        return Err(ApiError::bad_request(
+            name.to_owned(),
+            format!("`{name}` given more than once"),
+        ));
+    }
+    Ok(())
+}
+
+/// A query parameter the route does not take; `takes` lists those it does.
+fn unknown_parameter(name: &str, takes: &str) -> ApiError {
+    ApiError::bad_request(
+        name.to_owned(),
+        format!("unknown query parameter `{name}`; this route takes {takes}"),
+    )
+}
+
 /// Reads `after` and `limit` from a query string, refusing anything else.
 fn page_query(query: Option<&str>, max_page: usize) -> ApiResult<(Option<String>, Option<usize>)> {
     let mut after = None;
     let mut limit = None;
     for (name, value) in query_pairs(query)? {
-        let slot_taken = match name.as_str() {
-            "after" => after.replace(value).is_some(),
-            "limit" => {
-                let n = value.parse::<usize>().map_err(|_| {
-                    ApiError::bad_request(
-                        "limit",
-                        format!("{value:?} is not a number; give 1 to {max_page}"),
-                    )
-                })?;
-                limit.replace(n).is_some()
-            }
-            _ => {
-                return Err(ApiError::bad_request(
-                    name.clone(),
-                    format!(
-                        "unknown query parameter `{name}`; this route takes `after` and `limit`"
-                    ),
-                ));
-            }
-        };
-        if slot_taken {
-            return Err(ApiError::bad_request(
-                name.clone(),
-                format!("`{name}` given more than once"),
-            ));
+        match name.as_str() {
+            "after" => set_once(&mut after, value, &name)?,
+            "limit" => set_once(&mut limit, parse_limit(&value, max_page)?, &name)?,
+            _ => return Err(unknown_parameter(&name, "`after` and `limit`")),
         }
     }
     Ok((after, limit))
@@ -87,35 +95,17 @@ fn task_list_query(query: Option<&str>, max_page: usize) -> ApiResult<TaskListQu
             "id_prefix" => &mut q.id_prefix,
             "after" => &mut q.after,
             "limit" => {
-                let n = value.parse::<usize>().map_err(|_| {
-                    ApiError::bad_request(
-                        "limit",
-                        format!("{value:?} is not a number; give 1 to {max_page}"),
-                    )
-                })?;
-                if q.limit.replace(n).is_some() {
-                    return Err(ApiError::bad_request(
-                        "limit",
-                        "`limit` given more than once",
-                    ));
-                }
+                set_once(&mut q.limit, parse_limit(&value, max_page)?, &name)?;
                 continue;
             }
             _ => {
-                return Err(ApiError::bad_request(
-                    name.clone(),
-                    format!(
-                        "unknown query parameter `{name}`; this route takes status, due_from, due_to, target, id_prefix, after and limit"
-                    ),
+                return Err(unknown_parameter(
+                    &name,
+                    "status, due_from, due_to, target, id_prefix, after and limit",
                 ));
             }
         };
-        if slot.replace(value).is_some() {
-            return Err(ApiError::bad_request(
-                name.clone(),
-                format!("`{name}` given more than once"),
-            ));
-        }
+        set_once(slot, value, &name)?;
     }
     Ok(q)
 }
@@ -419,7 +409,7 @@ pub(crate) async fn redrive(
 pub(crate) async fn shards(State(state): State<ApiState>) -> ApiResult<Json<ShardsView>> {
     let now_ms = state.now_ms();
     let leases = service::list_shards(&state).await?;
-    let pollers = service::list_pollers(&state, &leases).await?;
+    let pollers = service::list_pollers(&state, &leases, now_ms).await?;
     Ok(Json(ShardsView {
         shard_count: state.backend.tasks.shard_count(),
         pollers: pollers
@@ -449,7 +439,9 @@ pub(crate) async fn shards(State(state): State<ApiState>) -> ApiResult<Json<Shar
 #[utoipa::path(get, path = "/v1/stats", tag = OPS,
     responses((status = 200, description = "The numbers", body = StatsView)))]
 pub(crate) async fn stats(State(state): State<ApiState>) -> ApiResult<Json<StatsView>> {
-    Ok(Json(service::stats(&state).await?))
+    let now_ms = state.now_ms();
+    let leases = service::list_shards(&state).await?;
+    Ok(Json(service::stats(&state, &leases, now_ms).await?))
 }
 
 /// The process is up. Needs no key.

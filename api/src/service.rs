@@ -759,10 +759,13 @@ pub struct PollerInfo {
 }
 
 /// Every poller that announced itself (a lapsed one until a peer forgets it) or holds a live
-/// lease in `leases`, live ones first, then by name. A live poller holding nothing is a
-/// standby or is waiting for its share.
-pub async fn list_pollers(state: &ApiState, leases: &[Lease]) -> Result<Vec<PollerInfo>, ApiError> {
-    let now = state.now_ms();
+/// lease in `leases`, live ones first, then by name, judged at `now`. A live poller holding
+/// nothing is a standby or is waiting for its share.
+pub async fn list_pollers(
+    state: &ApiState,
+    leases: &[Lease],
+    now: i64,
+) -> Result<Vec<PollerInfo>, ApiError> {
     let mut pollers: HashMap<String, PollerInfo> = HashMap::new();
     for m in state.backend.leases.member_list().await? {
         pollers.insert(
@@ -804,10 +807,10 @@ pub const BACKLOG_MINUTES: u32 = 60;
 
 /// What is cheap to know: shards and their leases, queue depth, recent firing, the due
 /// backlog of the next hour (one count per shard-minute of the due index, never a scan), and
-/// the tasks per status where the backend keeps counters (`counts`, else `None`).
-pub async fn stats(state: &ApiState) -> Result<StatsView, ApiError> {
-    let now_ms = state.now_ms();
-    let leases = state.backend.leases.lease_list().await?;
+/// the tasks per status where the backend keeps counters (`counts`, else `None`). `leases`
+/// are [`list_shards`]'s, which a caller showing them has read already; `now_ms` the instant
+/// they are judged at.
+pub async fn stats(state: &ApiState, leases: &[Lease], now_ms: i64) -> Result<StatsView, ApiError> {
     let depth = state.backend.queue.queue_depth(now_ms).await?;
     let from_minute = punctual_core::keys::minute_of(now_ms);
     let counts = state

@@ -30,7 +30,7 @@ use punctual_api::Role;
 use punctual_api::view::{RescheduleRequest, UpdateTaskRequest};
 
 use crate::Console;
-use crate::page::{Flash, cookies, enc, error_page, secure_request};
+use crate::page::{Flash, cookies, enc, error_page, secure_request, task_href};
 use crate::session::{LOGIN_COOKIE, SESSION_COOKIE, Session, cookie, cookie_value};
 
 /// Where the server functions are mounted.
@@ -297,19 +297,11 @@ fn local_target(next: Option<&str>) -> String {
     }
 }
 
-fn task_page(id: &str) -> String {
-    format!("/console/tasks/{}", enc(id))
-}
-
-fn parse_version(v: &str) -> Option<u64> {
-    v.trim().parse().ok()
-}
-
 /// The task version a form carried; without one, refuses the post (redirect back to `back`
 /// with a message) and answers `None`: a change without the version it was decided on could
 /// overwrite a newer one.
 fn form_version(v: &str, back: &str, secure: bool) -> Option<u64> {
-    let version = parse_version(v);
+    let version: Option<u64> = v.trim().parse().ok();
     if version.is_none() {
         redirect(
             back,
@@ -411,7 +403,7 @@ pub async fn reschedule_task(
 ) -> Result<(), ServerFnError> {
     let _ = csrf;
     let (console, posted, _) = acting(Action::Reschedule).await?;
-    let back = task_page(&id);
+    let back = task_href(&id);
     let fail = |text: String| redirect(&back, Some(Flash::err(text)), posted.secure, &[]);
     let Some(version) = form_version(&version, &back, posted.secure) else {
         return Ok(());
@@ -476,7 +468,7 @@ pub async fn cancel_task(
 ) -> Result<(), ServerFnError> {
     let _ = csrf;
     let (console, posted, _) = acting(Action::Cancel).await?;
-    let back = task_page(&id);
+    let back = task_href(&id);
     let Some(version) = form_version(&version, &back, posted.secure) else {
         return Ok(());
     };
@@ -498,7 +490,7 @@ pub async fn replay_task(
 ) -> Result<(), ServerFnError> {
     let _ = csrf;
     let (console, posted, _) = acting(Action::Replay).await?;
-    let back = task_page(&id);
+    let back = task_href(&id);
     let Some(version) = form_version(&version, &back, posted.secure) else {
         return Ok(());
     };
@@ -529,7 +521,7 @@ pub async fn edit_payload(
 ) -> Result<(), ServerFnError> {
     let _ = csrf;
     let (console, posted, _) = acting(Action::EditPayload).await?;
-    let back = task_page(&id);
+    let back = task_href(&id);
     let Some(version) = form_version(&version, &back, posted.secure) else {
         return Ok(());
     };

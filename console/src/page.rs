@@ -111,17 +111,21 @@ pub fn session_of(console: &Console, headers: &HeaderMap) -> Option<Session> {
         .open(value, console.now_ms().div_euclid(1_000), console.keys())
 }
 
+/// Everything but RFC 3986's unreserved characters is escaped.
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 /// Percent-encodes `s` for a URL path segment or query value.
 pub fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
+}
+
+/// The console page of one task.
+pub fn task_href(id: &str) -> String {
+    format!("/console/tasks/{}", enc(id))
 }
 
 /// A logged-in page request. Extracting it redirects to the login page when there is no
@@ -256,15 +260,6 @@ fn nav_link(
     }
 }
 
-/// Renders a whole document around `body`; `ctx` is `None` on pages without a session.
-fn render_document<V: IntoView + 'static>(
-    title: &str,
-    ctx: Option<&PageCtx>,
-    body: impl FnOnce() -> V,
-) -> String {
-    render_page(title, ctx, Nav::None, None, body)
-}
-
 /// Renders `body` in the layout, with `nav` marked current.
 pub fn render_with<V: IntoView + 'static>(
     title: &str,
@@ -384,7 +379,7 @@ pub fn error_page(status: StatusCode, title: &str, message: &str, link: (&str, &
     let (href, label) = (link.0.to_owned(), link.1.to_owned());
     let (title_s, message) = (title.to_owned(), message.to_owned());
     let code = status.as_u16();
-    let html = render_document(title, None, move || {
+    let html = render_with(title, None, Nav::None, move || {
         view! {
             <section class="problem">
                 <p class="code">{format!("{code}")}</p>

@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use leptos::server_fn::ServerFn;
 use punctual_api::service;
 use punctual_api::view::{StatusCountsView, TaskListQuery};
-use punctual_core::task::{Target, Task, TaskStatus};
+use punctual_core::task::{Target, TargetKind, Task, TaskStatus, Transition};
 use serde::Deserialize;
 
 use crate::Console;
@@ -18,7 +18,7 @@ use crate::chart::{self, Bar};
 use crate::fmt;
 use crate::page::{
     Flash, Nav, PageCtx, PostForm, cookies, enc, error_page, html_response, render_with, see_other,
-    session_of, set_cookie,
+    session_of, set_cookie, task_href,
 };
 use crate::session::{FLASH_COOKIE, LOGIN_COOKIE, cookie, cookie_value};
 
@@ -32,23 +32,22 @@ fn status_badge(status: TaskStatus) -> impl IntoView {
 }
 
 fn time_cell(ms: i64, now_ms: i64) -> impl IntoView {
+    let exact = fmt::rfc3339(ms);
     view! {
-        <time datetime=fmt::rfc3339(ms) title=fmt::rfc3339(ms)>{fmt::utc(ms)}</time>
+        <time datetime=exact.clone() title=exact>{fmt::utc(ms)}</time>
         " "
         <span class="rel">{fmt::relative(ms, now_ms)}</span>
     }
 }
 
+/// The target's kind and what it points at (URL, handler name; nothing for `log`).
 fn target_summary(t: &Target) -> (String, String) {
-    match t {
-        Target::Http { url, .. } => ("http".into(), url.clone()),
-        Target::Log => ("log".into(), String::new()),
-        Target::Handler { name } => ("handler".into(), name.clone()),
-    }
-}
-
-fn task_href(id: &str) -> String {
-    format!("/console/tasks/{}", enc(id))
+    let detail = match t {
+        Target::Http { url, .. } => url.clone(),
+        Target::Log => String::new(),
+        Target::Handler { name } => name.clone(),
+    };
+    (t.kind().to_owned(), detail)
 }
 
 fn problem_text(e: &punctual_api::ApiError) -> String {
@@ -108,20 +107,21 @@ pub struct OverviewParams {
 pub async fn overview(ctx: PageCtx, Query(params): Query<OverviewParams>) -> Response {
     let refresh = params.refresh.map(|s| s.clamp(5, 3_600));
     let api = &ctx.console.api;
-    let stats = match service::stats(api).await {
-        Ok(s) => s,
-        Err(e) => return service_error(&e),
-    };
+    let now = ctx.now_ms;
     let shards = match service::list_shards(api).await {
         Ok(s) => s,
         Err(e) => return service_error(&e),
     };
-    let pollers = match service::list_pollers(api, &shards).await {
+    let stats = match service::stats(api, &shards, now).await {
+        Ok(s) => s,
+        Err(e) => return service_error(&e),
+    };
+    let pollers = match service::list_pollers(api, &shards, now).await {
         Ok(p) => p,
         Err(e) => return service_error(&e),
     };
-    let now = ctx.now_ms;
-    let now_minute = now.div_euclid(60_000);
+    // The backlog starts at this minute: `stats` was judged at the same `now`.
+    let now_minute = punctual_core::keys::minute_of(now);
     let past: Vec<Bar> = api
         .activity
         .minutes(now)
@@ -379,7 +379,8 @@ pub async fn tasks(ctx: PageCtx, Query(params): Query<TasksParams>) -> Response 
                 view! { <option value=name.clone() selected=selected>{name.clone()}</option> }
             })
             .collect_view();
-        let target_options = ["http", "log", "handler"]
+        let target_options = TargetKind::ALL
+            .map(TargetKind::as_str)
             .into_iter()
             .map(|t| view! { <option value=t selected={t == current_target}>{t}</option> })
             .collect_view();
@@ -527,10 +528,7 @@ fn task_detail(t: Task, now: i64, may_act: bool) -> impl IntoView {
     let id = t.task_id.clone();
     let status = t.status;
     let running = status == TaskStatus::Running;
-    let cancellable = matches!(
-        status,
-        TaskStatus::Scheduled | TaskStatus::Dispatched | TaskStatus::RetryWait
-    );
+    let cancellable = status.apply(Transition::Cancel).is_ok();
     let replayable = status.is_terminal();
     let backoff = format!(
         "full jitter, base {} · max {}",
