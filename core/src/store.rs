@@ -465,24 +465,9 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Lists tasks by a filter, in due order, in pages (see [`TaskList`]); never a scan of the
     /// table where an index can answer. A status outside
-    /// [`Capabilities::list_statuses`] is `Invalid` naming `status`.
-    ///
-    /// Both backends implement it; the default serves only the unfiltered list (through
-    /// [`task_list_pending`](Self::task_list_pending)) and refuses the rest with `Invalid`,
-    /// so wrappers written before this method (test doubles) keep compiling.
-    async fn task_list(&self, p: TaskList) -> StoreResult<Page<Task>> {
-        if p.filter != TaskFilter::default() {
-            return Err(StoreError::invalid(
-                "status",
-                "this store cannot filter task listings",
-            ));
-        }
-        self.task_list_pending(TaskListPending {
-            after_key: p.after_key,
-            limit: p.limit,
-        })
-        .await
-    }
+    /// [`Capabilities::list_statuses`] is `Invalid` naming `status`. Required: the default
+    /// [`task_list_pending`](Self::task_list_pending) is this without a filter.
+    async fn task_list(&self, p: TaskList) -> StoreResult<Page<Task>>;
 
     /// How many tasks are in each status, where [`Capabilities::status_counts`] says it is
     /// cheap. The default refuses with `Invalid`.

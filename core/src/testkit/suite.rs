@@ -572,6 +572,11 @@ async fn claims_count_attempts_and_end_dead(b: Backend) {
     }
     assert_eq!(get(&b, "crashy").await.status, TaskStatus::Dead);
     conflict(claim(&b, "crashy", 1, now + 1).await);
+    // A task the claim ended is on the dead list like one a completion ended.
+    if b.tasks.capabilities().can_list(TaskStatus::Dead) {
+        let dead = list_all(&b, by_status(TaskStatus::Dead), 10, now).await;
+        assert_eq!(ids(&dead), vec!["crashy"]);
+    }
 }
 
 async fn complete_succeeds_once(b: Backend) {

@@ -259,7 +259,7 @@ impl TaskStore for SlowIndex {
     async fn task_reschedule(&self, p: TaskReschedule) -> StoreResult<Task> {
         self.inner.task_reschedule(p).await
     }
-    async fn task_list_pending(&self, p: TaskListPending) -> StoreResult<Page<Task>> {
-        self.inner.task_list_pending(p).await
+    async fn task_list(&self, p: TaskList) -> StoreResult<Page<Task>> {
+        self.inner.task_list(p).await
     }
 }

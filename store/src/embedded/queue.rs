@@ -138,6 +138,27 @@ impl EmbeddedStore {
     }
 }
 
+/// The select of a dead letter that [`letter_from_row`] reads.
+macro_rules! letter_columns {
+    () => {
+        "SELECT id, task_id, version, shard, due_ms, reason, dead_ms FROM dlq"
+    };
+}
+
+fn letter_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
+    Ok(DeadLetter {
+        id: r.get::<_, i64>(0)?.to_string(),
+        message: DispatchMessage {
+            task_id: r.get(1)?,
+            version: r.get::<_, i64>(2)? as u64,
+            shard: r.get(3)?,
+            due_ms: r.get(4)?,
+        },
+        reason: r.get(5)?,
+        dead_ms: r.get(6)?,
+    })
+}
+
 #[async_trait]
 impl ReadyQueue for EmbeddedStore {
     fn max_receive_count(&self) -> u32 {
@@ -284,24 +305,12 @@ impl ReadyQueue for EmbeddedStore {
         }
         self.readers
             .run(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT id, task_id, version, shard, due_ms, reason, dead_ms FROM dlq
-                     WHERE id > ?1 ORDER BY id LIMIT ?2",
-                )?;
+                let mut stmt = conn.prepare_cached(concat!(
+                    letter_columns!(),
+                    " WHERE id > ?1 ORDER BY id LIMIT ?2"
+                ))?;
                 let mut items = stmt
-                    .query_map(params![after, p.limit as i64 + 1], |r| {
-                        Ok(DeadLetter {
-                            id: r.get::<_, i64>(0)?.to_string(),
-                            message: DispatchMessage {
-                                task_id: r.get(1)?,
-                                version: r.get::<_, i64>(2)? as u64,
-                                shard: r.get(3)?,
-                                due_ms: r.get(4)?,
-                            },
-                            reason: r.get(5)?,
-                            dead_ms: r.get(6)?,
-                        })
-                    })?
+                    .query_map(params![after, p.limit as i64 + 1], letter_from_row)?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 let next = if items.len() > p.limit {
                     items.truncate(p.limit);
@@ -321,25 +330,8 @@ impl ReadyQueue for EmbeddedStore {
         };
         self.readers
             .run(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT id, task_id, version, shard, due_ms, reason, dead_ms FROM dlq
-                     WHERE id = ?1",
-                )?;
-                Ok(stmt
-                    .query_row([id], |r| {
-                        Ok(DeadLetter {
-                            id: r.get::<_, i64>(0)?.to_string(),
-                            message: DispatchMessage {
-                                task_id: r.get(1)?,
-                                version: r.get::<_, i64>(2)? as u64,
-                                shard: r.get(3)?,
-                                due_ms: r.get(4)?,
-                            },
-                            reason: r.get(5)?,
-                            dead_ms: r.get(6)?,
-                        })
-                    })
-                    .optional()?)
+                let mut stmt = conn.prepare_cached(concat!(letter_columns!(), " WHERE id = ?1"))?;
+                Ok(stmt.query_row([id], letter_from_row).optional()?)
             })
             .await
     }
