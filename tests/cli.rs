@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::process::Command;
 
 use punctual::ServeConfig;
-use punctual::client::{ClientArgs, ClientCommand, DlqCommand, ListFilter, TaskCommand, When, run};
+use punctual::client::{
+    ClientArgs, ClientCommand, ClientError, DlqCommand, ListFilter, TaskCommand, When, run,
+};
 use punctual_worker::Handlers;
 use support::*;
 use tokio_util::sync::CancellationToken;
@@ -465,10 +467,7 @@ async fn task_list_filters_and_dlq_purge() {
             max_attempts: None,
         })
     };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now_ms = now();
     out(&table, create("f-1", "1h", false)).await;
     out(&table, create("f-2", "90m", true)).await;
     out(&table, create("f-3", "2h", true)).await;
@@ -657,7 +656,10 @@ async fn task_list_filters_and_dlq_purge() {
         &mut buf,
     )
     .await;
-    assert!(again.is_err(), "a second purge finds nothing");
+    assert!(
+        matches!(again, Err(ClientError::Problem { status: 404, .. })),
+        "a second purge finds nothing: {again:?}"
+    );
     stop.cancel();
 }
 

@@ -79,7 +79,7 @@ pub async fn main() -> Result<(), lambda_runtime::Error> {
     super::init_tracing();
     let env = LambdaEnv::from_process();
     let keys = keys_from_env(&env)?;
-    let backend = super::open_backend(&env.prefix()).await?;
+    let backend = crate::open_aws(&env.prefix()).await?;
     let app = router(
         backend,
         punctual_api::ApiConfig {

@@ -114,12 +114,6 @@ impl LambdaEnv {
     }
 }
 
-/// Opens the aws backend under `prefix` with the standard AWS configuration chain (in
-/// Lambda: the function's role and region).
-pub async fn open_backend(prefix: &str) -> anyhow::Result<punctual_core::Backend> {
-    crate::open_aws(prefix).await
-}
-
 /// Logs to stdout (CloudWatch Logs) without ANSI colours, filtered by `RUST_LOG`.
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()

@@ -154,7 +154,7 @@ pub async fn main() -> Result<(), lambda_runtime::Error> {
     super::init_tracing();
     let env = LambdaEnv::from_process();
     let invocation = InvocationConfig::from_env(&env)?;
-    let backend = super::open_backend(&env.prefix()).await?;
+    let backend = crate::open_aws(&env.prefix()).await?;
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
             let backend = backend.clone();

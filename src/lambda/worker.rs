@@ -337,7 +337,7 @@ pub async fn main_with(handlers: Handlers) -> Result<(), lambda_runtime::Error> 
     super::init_tracing();
     let env = LambdaEnv::from_process();
     let config = config_from_env(&env)?;
-    let backend = super::open_backend(&env.prefix()).await?;
+    let backend = crate::open_aws(&env.prefix()).await?;
     let function = WorkerFunction::new(backend, config, handlers)?.with_prefix(env.prefix());
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<SqsEvent>| {
